@@ -1,0 +1,7 @@
+"""Run the baton command line: `python -m bot ...`."""
+
+import sys
+
+from bot.cli import main
+
+sys.exit(main())

@@ -1,0 +1,95 @@
+"""What Baton hands an agent adapter, and the environment an agent runs in."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+from bot.model import AgentResult
+
+# Never handed to an agent, whatever an operator lists for pass-through: the
+# agent must not be able to act as the App or forge webhooks.
+FORBIDDEN_ENV = frozenset(
+    {
+        "GITHUB_PRIVATE_KEY",
+        "GITHUB_PRIVATE_KEY_PATH",
+        "GITHUB_WEBHOOK_SECRET",
+        "GITHUB_TOKEN",
+        "GH_TOKEN",
+        "GITHUB_APP_ID",
+        "REDIS_URL",
+        "SANDBOX_ADMIN_TOKEN",
+    }
+)
+
+
+class AgentConfigError(Exception):
+    """The agent is not configured well enough to start."""
+
+
+@dataclass(frozen=True)
+class AgentRequest:
+    """One agent invocation: where, with which brief, under which caps."""
+
+    run_id: str
+    issue_number: int
+    attempt: int
+    worktree: Path
+    brief_path: Path
+    run_dir: Path
+    deadline: datetime
+    home: Path
+    passthrough_env: tuple[str, ...] = ()
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def transcript_path(self) -> Path:
+        """Return where the agent's stdout is captured."""
+        return self.run_dir / "transcript.log"
+
+    @property
+    def stderr_path(self) -> Path:
+        """Return where the agent's stderr is captured."""
+        return self.run_dir / "stderr.log"
+
+    @property
+    def result_path(self) -> Path:
+        """Return where an agent may write its own result as JSON."""
+        return self.run_dir / "agent-result.json"
+
+
+class Adapter(Protocol):
+    """Runs one agent CLI and turns what it printed into an AgentResult."""
+
+    name: str
+
+    async def run(self, request: AgentRequest) -> AgentResult:
+        """Run the agent to completion (or its caps) and report."""
+        ...
+
+
+def agent_environment(request: AgentRequest) -> dict[str, str]:
+    """Return the agent's whole environment, built from scratch: no credential to GitHub."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": str(request.home),
+        "LANG": "C.UTF-8",
+        "TERM": "dumb",
+        "NO_COLOR": "1",
+        "TZ": "UTC",
+        "BATON_RUN_ID": request.run_id,
+        "BATON_ISSUE": str(request.issue_number),
+        "BATON_ATTEMPT": str(request.attempt),
+        "BATON_WORKTREE": str(request.worktree),
+        "BATON_BRIEF": str(request.brief_path),
+        "BATON_DEADLINE": request.deadline.isoformat(),
+        "BATON_RESULT": str(request.result_path),
+    }
+    for name in request.passthrough_env:
+        if name not in FORBIDDEN_ENV and name in os.environ:
+            env[name] = os.environ[name]
+    env.update({k: v for k, v in request.extra_env.items() if k not in FORBIDDEN_ENV})
+    return env

@@ -1,0 +1,106 @@
+"""Run an agent process: its own process group, captured output, a wall-clock cap."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from bot.model import utcnow
+
+KILL_GRACE_S = 10.0
+EVIDENCE_LINES = 20
+MAX_LINE = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ProcessOutcome:
+    """How an agent process ended and what it last said."""
+
+    exit_code: int | None
+    timed_out: bool
+    started_at: datetime
+    ended_at: datetime
+    tail: list[str]
+    spawn_error: str | None = None
+
+
+async def run_process(
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    stdin: Path,
+    transcript: Path,
+    stderr: Path,
+    deadline: datetime,
+) -> ProcessOutcome:
+    """Run argv until it exits or the deadline passes, capturing stdout and stderr to files."""
+    started = utcnow()
+    transcript.parent.mkdir(parents=True, exist_ok=True)
+    tail: deque[str] = deque(maxlen=EVIDENCE_LINES)
+    with stdin.open("rb") as stdin_file, stderr.open("wb") as stderr_file:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=cwd,
+                env=env,
+                stdin=stdin_file,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=stderr_file,
+                start_new_session=True,  # its own process group, so the cap kills its children too
+                limit=MAX_LINE,
+            )
+        except OSError as exc:
+            return ProcessOutcome(None, False, started, utcnow(), [], spawn_error=str(exc))
+        assert proc.stdout is not None
+        timeout = max((deadline - started).total_seconds(), 0.0)
+        timed_out = False
+        try:
+            await asyncio.wait_for(_stream(proc.stdout, transcript, tail), timeout)
+            await proc.wait()
+        except TimeoutError:
+            timed_out = True
+            await _terminate(proc)
+    tail.extend(_last_lines(stderr))
+    return ProcessOutcome(proc.returncode, timed_out, started, utcnow(), list(tail))
+
+
+async def _stream(stdout: asyncio.StreamReader, transcript: Path, tail: deque[str]) -> None:
+    with transcript.open("wb") as out:
+        while True:
+            try:
+                line = await stdout.readline()
+            except ValueError:  # a line over MAX_LINE: keep what fits, carry on
+                line = await stdout.read(MAX_LINE)
+            if not line:
+                return
+            out.write(line)
+            out.flush()
+            tail.append(line.decode(errors="replace").rstrip("\n"))
+
+
+async def _terminate(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), KILL_GRACE_S)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
+
+def _last_lines(path: Path) -> list[str]:
+    try:
+        with path.open("rb") as f:
+            f.seek(max(path.stat().st_size - 8192, 0))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
+    return [f"stderr: {line}" for line in lines[-EVIDENCE_LINES:]]

@@ -1,0 +1,175 @@
+"""The domain model: issues, runs and what an agent reports."""
+
+from __future__ import annotations
+
+import enum
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+_REPO_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+
+
+def utcnow() -> datetime:
+    """Return the current time as an aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+class IssueRef(BaseModel):
+    """One issue of one repository, reached through one installation."""
+
+    model_config = ConfigDict(frozen=True)
+
+    installation_id: int
+    repo: str = Field(pattern=_REPO_NAME.pattern, description="owner/name")
+    number: int = Field(gt=0)
+
+    @property
+    def owner(self) -> str:
+        """Return the repository's owner."""
+        return self.repo.split("/", 1)[0]
+
+    @property
+    def name(self) -> str:
+        """Return the repository's name without its owner."""
+        return self.repo.split("/", 1)[1]
+
+    def __str__(self) -> str:
+        return f"{self.repo}#{self.number}"
+
+
+class RunState(enum.StrEnum):
+    """Where one attempt at an issue stands."""
+
+    CLAIMED = "claimed"
+    PROVISIONING = "provisioning"
+    RUNNING = "running"
+    PUSHED_PENDING = "pushed-pending"
+    PUSHED_GREEN = "pushed-green"
+    MERGED = "merged"
+    CLOSED = "closed"
+    FAILED = "failed"
+    NO_CHANGE = "no-change"
+    KILLED = "killed"
+
+    @property
+    def is_terminal(self) -> bool:
+        """Return whether the run has stopped moving by itself."""
+        return self in _TERMINAL
+
+    @property
+    def is_live(self) -> bool:
+        """Return whether a worker is (or should be) working on the run now."""
+        return self in _LIVE
+
+
+_LIVE = frozenset({RunState.CLAIMED, RunState.PROVISIONING, RunState.RUNNING})
+_TERMINAL = frozenset(
+    {RunState.MERGED, RunState.CLOSED, RunState.FAILED, RunState.NO_CHANGE, RunState.KILLED}
+)
+
+
+class StateChange(BaseModel):
+    """One step of a run's history."""
+
+    state: RunState
+    at: AwareDatetime
+    note: str | None = None
+
+
+class AgentResult(BaseModel):
+    """What one agent process did, normalized across agent CLIs."""
+
+    agent: str
+    status: Literal["success", "failed"]
+    stop_reason: Literal[
+        "completed",
+        "max_turns",
+        "max_budget",
+        "wall_clock",
+        "cancelled",
+        "provider_window",
+        "provider_credit",
+        "provider_transient",
+        "auth",
+        "cli_missing",
+        "cli_usage_error",
+        "resume_miss",
+        "no_result",
+        "cli_error",
+    ]
+    failure_class: str | None = None
+    turns: int | None = None
+    cost_usd: float | None = None
+    session_id: str | None = None
+    resets_at: AwareDatetime | None = None
+    exit_code: int | None = None
+    started_at: AwareDatetime
+    ended_at: AwareDatetime
+    result_text: str | None = None
+    evidence: list[str] = Field(default_factory=list)
+    transcript_path: Path
+    stderr_path: Path
+
+    @property
+    def duration(self) -> timedelta:
+        """Return how long the agent ran."""
+        return self.ended_at - self.started_at
+
+
+class Run(BaseModel):
+    """One attempt at one issue, as recorded in Redis."""
+
+    issue: IssueRef
+    attempt: int = Field(gt=0)
+    state: RunState
+    branch: str
+    history: list[StateChange] = Field(default_factory=list)
+    base_branch: str | None = None
+    base_sha: str | None = None
+    head_sha: str | None = None
+    pr_number: int | None = None
+    pr_url: str | None = None
+    changed_files: list[str] = Field(default_factory=list)
+    agent_result: AgentResult | None = None
+    failure_class: str | None = None
+    reason: str | None = None
+
+    @property
+    def run_id(self) -> str:
+        """Return the run's id: the issue and the attempt number."""
+        return f"{self.issue}/{self.attempt}"
+
+    @property
+    def started_at(self) -> datetime:
+        """Return when the run was claimed."""
+        return self.history[0].at
+
+    @property
+    def ended_at(self) -> datetime | None:
+        """Return when the run reached a terminal state, if it has."""
+        return self.history[-1].at if self.state.is_terminal else None
+
+    def wall_clock(self, now: datetime) -> timedelta:
+        """Return the time from claim to the last settled state (or to now, if live)."""
+        last = self.history[-1].at if not self.state.is_live else now
+        return last - self.started_at
+
+    def moved(self, state: RunState, at: datetime, note: str | None = None) -> Run:
+        """Return a copy of the run moved to a new state, the step recorded."""
+        history = [*self.history, StateChange(state=state, at=at, note=note)]
+        return self.model_copy(update={"state": state, "history": history})
+
+    @classmethod
+    def claimed(cls, issue: IssueRef, attempt: int, branch: str, at: datetime) -> Run:
+        """Return a freshly claimed run."""
+        return cls(
+            issue=issue,
+            attempt=attempt,
+            branch=branch,
+            state=RunState.CLAIMED,
+            history=[StateChange(state=RunState.CLAIMED, at=at)],
+        )

@@ -1,0 +1,112 @@
+"""A maintainer driving the sandbox GitHub through GitHub's own REST API and plain git."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+from gidgethub.aiohttp import GitHubAPI
+
+from bot.git import Git, Identity
+
+T = TypeVar("T")
+
+
+class Maintainer:
+    """What a person with admin rights does on the sandbox: repos, issues, labels, merges."""
+
+    def __init__(self, session: aiohttp.ClientSession, api_url: str, token: str) -> None:
+        self.gh = GitHubAPI(session, "baton-maintainer", oauth_token=token, base_url=api_url)
+        self.token = token
+        self.git = Git(Identity("Sandbox Maintainer", "maintainer@sandbox.invalid"))
+
+    async def create_repo(
+        self, name: str, files: Mapping[str, str], workdir: Path
+    ) -> dict[str, Any]:
+        """Create a repository and push files to its main branch as the first commit."""
+        repo: dict[str, Any] = await self.gh.post("/user/repos", data={"name": name})
+        seed = workdir / f"seed-{name}"
+        seed.mkdir(parents=True)
+        for path, text in files.items():
+            target = seed / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+            if path.startswith(".sandbox/"):
+                target.chmod(0o755)
+        await self.git.run(seed, "init", "--quiet", "--initial-branch=main")
+        await self.git.run(seed, "add", "--all")
+        await self.git.run(seed, "commit", "--quiet", "-m", "Initial commit")
+        await self.git.run(seed, "push", "--quiet", repo["clone_url"], "main", token=self.token)
+        return repo
+
+    async def open_issue(self, repo: str, title: str, body: str) -> dict[str, Any]:
+        """Open an issue."""
+        issue: dict[str, Any] = await self.gh.post(
+            "/repos/{+repo}/issues", {"repo": repo}, data={"title": title, "body": body}
+        )
+        return issue
+
+    async def add_label(self, repo: str, number: int, label: str) -> None:
+        """Put a label on an issue (GitHub sends issues.labeled)."""
+        await self.gh.post(
+            "/repos/{+repo}/issues/{number}/labels",
+            {"repo": repo, "number": number},
+            data={"labels": [label]},
+        )
+
+    async def labels(self, repo: str, number: int) -> set[str]:
+        """Return the labels on an issue."""
+        issue = await self.gh.getitem(
+            "/repos/{+repo}/issues/{number}", {"repo": repo, "number": number}
+        )
+        return {str(label["name"]) for label in issue["labels"]}
+
+    async def issue(self, repo: str, number: int) -> dict[str, Any]:
+        """Return an issue."""
+        data: dict[str, Any] = await self.gh.getitem(
+            "/repos/{+repo}/issues/{number}", {"repo": repo, "number": number}
+        )
+        return data
+
+    async def comments(self, repo: str, number: int) -> list[dict[str, Any]]:
+        """Return an issue's comments."""
+        return [
+            comment
+            async for comment in self.gh.getiter(
+                "/repos/{+repo}/issues/{number}/comments", {"repo": repo, "number": number}
+            )
+        ]
+
+    async def pulls(self, repo: str, state: str = "all") -> list[dict[str, Any]]:
+        """Return the repository's pull requests."""
+        return [
+            pr
+            async for pr in self.gh.getiter(
+                "/repos/{+repo}/pulls{?state}", {"repo": repo, "state": state}
+            )
+        ]
+
+    async def merge(self, repo: str, number: int) -> dict[str, Any]:
+        """Merge a pull request."""
+        result: dict[str, Any] = await self.gh.put(
+            "/repos/{+repo}/pulls/{number}/merge", {"repo": repo, "number": number}, data={}
+        )
+        return result
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T | None]], what: str, within: float = 60.0
+) -> T:
+    """Poll probe until it returns something other than None/False; raise naming what."""
+    deadline = time.monotonic() + within
+    while True:
+        value = await probe()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not seen within {within:.0f}s")
+        await asyncio.sleep(0.1)

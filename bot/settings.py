@@ -1,0 +1,129 @@
+"""Process settings, read from the environment."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class SettingsError(Exception):
+    """A setting is missing or malformed; the message names the variable."""
+
+
+class Settings(BaseSettings):
+    """Everything a Baton process needs to know about its deployment."""
+
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+
+    github_app_id: str | None = Field(default=None, validation_alias="GITHUB_APP_ID")
+    github_private_key: SecretStr | None = Field(
+        default=None, validation_alias="GITHUB_PRIVATE_KEY"
+    )
+    github_private_key_path: Path | None = Field(
+        default=None, validation_alias="GITHUB_PRIVATE_KEY_PATH"
+    )
+    github_webhook_secret: SecretStr | None = Field(
+        default=None, validation_alias="GITHUB_WEBHOOK_SECRET"
+    )
+    github_api_url: str = Field(default="https://api.github.com", validation_alias="GITHUB_API_URL")
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0", validation_alias="REDIS_URL")
+    data_dir: Path = Field(default=Path("var/baton"), validation_alias="BATON_DATA_DIR")
+    port: int = Field(default=8000, validation_alias="PORT")
+    demo_mode: bool = Field(default=False, validation_alias="BATON_DEMO")
+
+    bot_login: str | None = Field(
+        default=None,
+        validation_alias="BATON_BOT_LOGIN",
+        description="The App's bot login (`<slug>[bot]`); learnt from GET /app when unset.",
+    )
+    queue_label: str = Field(default="baton:queue", validation_alias="BATON_QUEUE_LABEL")
+    in_progress_label: str = Field(
+        default="baton:in-progress", validation_alias="BATON_IN_PROGRESS_LABEL"
+    )
+    review_label: str = Field(default="baton:review", validation_alias="BATON_REVIEW_LABEL")
+    failed_label: str = Field(default="baton:failed", validation_alias="BATON_FAILED_LABEL")
+
+    agent: Literal["command"] = Field(default="command", validation_alias="BATON_AGENT")
+    agent_command: str | None = Field(default=None, validation_alias="BATON_AGENT_COMMAND")
+    agent_passthrough_env: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        validation_alias="BATON_AGENT_PASSTHROUGH_ENV",
+        description="Names of variables (provider API keys) handed to the agent; "
+        "GitHub credentials and App secrets are never handed over.",
+    )
+    agent_wall_clock_minutes: float = Field(
+        default=60.0, gt=0, validation_alias="BATON_AGENT_WALL_CLOCK_MINUTES"
+    )
+    git_author_name: str = Field(default="Baton", validation_alias="BATON_GIT_AUTHOR_NAME")
+    git_author_email: str = Field(
+        default="baton@users.noreply.github.com",
+        validation_alias="BATON_GIT_AUTHOR_EMAIL",
+    )
+
+    @field_validator("agent_passthrough_env", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [name.strip() for name in value.split(",") if name.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _one_private_key(self) -> Settings:
+        if self.github_private_key is not None and self.github_private_key_path is not None:
+            raise ValueError("set GITHUB_PRIVATE_KEY or GITHUB_PRIVATE_KEY_PATH, not both")
+        return self
+
+    @cached_property
+    def private_key(self) -> str:
+        """Return the App's PEM private key, from the variable or the file it names."""
+        if self.github_private_key is not None:
+            return self.github_private_key.get_secret_value()
+        if self.github_private_key_path is not None:
+            try:
+                return self.github_private_key_path.read_text()
+            except OSError as exc:
+                raise SettingsError(
+                    f"GITHUB_PRIVATE_KEY_PATH={self.github_private_key_path} "
+                    f"cannot be read: {exc.strerror}"
+                ) from exc
+        raise SettingsError("GITHUB_PRIVATE_KEY or GITHUB_PRIVATE_KEY_PATH must be set")
+
+    @property
+    def app_id(self) -> str:
+        """Return the App id, or say which variable to set."""
+        if not self.github_app_id:
+            raise SettingsError("GITHUB_APP_ID must be set")
+        return self.github_app_id
+
+    @property
+    def webhook_secret(self) -> str | None:
+        """Return the webhook secret; None only in demo mode."""
+        if self.github_webhook_secret is not None:
+            return self.github_webhook_secret.get_secret_value()
+        if self.demo_mode:
+            return None
+        raise SettingsError(
+            "GITHUB_WEBHOOK_SECRET must be set: Baton refuses unsigned webhooks "
+            "(set BATON_DEMO=1 only for a local demo)"
+        )
+
+    @property
+    def agent_wall_clock_seconds(self) -> float:
+        """Return the agent's wall-clock cap in seconds."""
+        return self.agent_wall_clock_minutes * 60
+
+
+def load_settings() -> Settings:
+    """Read settings from the environment, turning a validation error into one line."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in err['loc']) or 'settings'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise SettingsError(f"invalid settings: {problems}") from exc

@@ -1,0 +1,269 @@
+"""Baton's state in Redis: every key and every transition lives here."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+import redis
+from redis.exceptions import WatchError
+
+from bot.model import IssueRef, Run
+
+_PREFIX = "baton"
+DELIVERY_TTL_S = 7 * 24 * 3600  # GitHub lets a delivery be redelivered for days, not weeks
+RUN_TTL_S = 90 * 24 * 3600
+LOCK_TTL_MS = 60_000  # a claim lives this long without a heartbeat
+RECENT_RUNS = 200
+
+# Claim: mint a fencing number and take the lock in one step, so two claims of
+# the same issue can never both succeed and a later holder always has a larger token.
+_CLAIM = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return false end
+local fence = redis.call('INCR', KEYS[2])
+local token = fence .. '.' .. ARGV[1]
+redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+return token
+"""
+_HEARTBEAT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class StoreError(Exception):
+    """Redis could not be reached or refused an operation."""
+
+
+class LockLost(StoreError):
+    """A write was fenced off: the caller no longer holds the issue's lock."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A held issue lock: the fencing token proves ownership on every write."""
+
+    issue: IssueRef
+    token: str
+
+    @property
+    def fence(self) -> int:
+        """Return the monotonically increasing fencing number of this claim."""
+        return int(self.token.split(".", 1)[0])
+
+
+def _issue_key(issue: IssueRef, *parts: str) -> str:
+    return ":".join((_PREFIX, "issue", issue.repo, str(issue.number), *parts))
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _run_key(issue: IssueRef, attempt: int) -> str:
+    return _issue_key(issue, "run", str(attempt))
+
+
+class Store:
+    """Typed access to Baton's Redis state."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.redis = client
+        self._claim = client.register_script(_CLAIM)
+        self._heartbeat = client.register_script(_HEARTBEAT)
+        self._release = client.register_script(_RELEASE)
+
+    @classmethod
+    def from_url(cls, url: str) -> Store:
+        """Connect to the Redis at url (lazily: the first command connects)."""
+        return cls(redis.Redis.from_url(url, decode_responses=True, health_check_interval=30))
+
+    def ping(self) -> None:
+        """Check Redis answers, raising one clear StoreError if it does not."""
+        try:
+            self.redis.ping()
+        except redis.RedisError as exc:
+            raise StoreError(f"Redis is unreachable: {exc}") from exc
+
+    # Deliveries ----------------------------------------------------------
+
+    def first_delivery(self, delivery_id: str) -> bool:
+        """Record a webhook delivery id; return False if it was seen before."""
+        key = f"{_PREFIX}:delivery:{delivery_id}"
+        return bool(self.redis.set(key, "1", nx=True, ex=DELIVERY_TTL_S))
+
+    def forget_delivery(self, delivery_id: str) -> None:
+        """Forget a delivery whose handling failed, so a redelivery is processed."""
+        self.redis.delete(f"{_PREFIX}:delivery:{delivery_id}")
+
+    # The App's identity --------------------------------------------------
+
+    def bot_login(self) -> str | None:
+        """Return the App's bot login as learnt by a worker, if known."""
+        value = self.redis.get(f"{_PREFIX}:app:bot-login")
+        return str(value) if value is not None else None
+
+    def set_bot_login(self, login: str) -> None:
+        """Remember the App's bot login so the web process can ignore its own events."""
+        self.redis.set(f"{_PREFIX}:app:bot-login", login)
+
+    def installation_token(self, installation_id: int) -> str | None:
+        """Return a cached installation token that is still comfortably valid."""
+        value = self.redis.get(f"{_PREFIX}:installation:{installation_id}:token")
+        return str(value) if value is not None else None
+
+    def cache_installation_token(self, installation_id: int, token: str, ttl_s: int) -> None:
+        """Cache an installation token for ttl_s seconds (shorter than its life)."""
+        if ttl_s > 0:
+            self.redis.set(f"{_PREFIX}:installation:{installation_id}:token", token, ex=ttl_s)
+
+    # Claims --------------------------------------------------------------
+
+    def claim(self, issue: IssueRef) -> Claim | None:
+        """Take the issue's lock; None if someone else holds it."""
+        token = self._claim(
+            keys=[_issue_key(issue, "lock"), _issue_key(issue, "fence")],
+            args=[secrets.token_hex(8), LOCK_TTL_MS],
+        )
+        return Claim(issue=issue, token=str(token)) if token else None
+
+    def heartbeat(self, claim: Claim) -> bool:
+        """Extend the claim's life; False if it was lost (expired or taken)."""
+        return bool(
+            self._heartbeat(keys=[_issue_key(claim.issue, "lock")], args=[claim.token, LOCK_TTL_MS])
+        )
+
+    def release(self, claim: Claim) -> None:
+        """Give the issue's lock back, if this claim still holds it."""
+        self._release(keys=[_issue_key(claim.issue, "lock")], args=[claim.token])
+
+    def lock_holder(self, issue: IssueRef) -> str | None:
+        """Return the fencing token currently holding the issue, if any."""
+        value = self.redis.get(_issue_key(issue, "lock"))
+        return str(value) if value is not None else None
+
+    # Runs ----------------------------------------------------------------
+
+    def next_attempt(self, claim: Claim) -> int:
+        """Return the number of the next attempt at the claimed issue."""
+        return int(self.redis.incr(_issue_key(claim.issue, "attempts")))
+
+    def save_run(self, run: Run, claim: Claim) -> None:
+        """Write a run as the holder of its issue's lock; raise LockLost otherwise."""
+        lock_key = _issue_key(claim.issue, "lock")
+        with self.redis.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(lock_key)  # type: ignore[no-untyped-call]
+                    if pipe.get(lock_key) != claim.token:
+                        raise LockLost(f"{run.issue}: the lock is no longer held by this run")
+                    pipe.multi()
+                    self._queue_run_write(pipe, run)
+                    pipe.execute()
+                    return
+                except WatchError:
+                    continue
+
+    def latest_run(self, issue: IssueRef) -> Run | None:
+        """Return the issue's most recent run, if it has one."""
+        attempts = self.redis.get(_issue_key(issue, "attempts"))
+        if attempts is None:
+            return None
+        return self.run(issue, int(attempts))
+
+    def run(self, issue: IssueRef, attempt: int) -> Run | None:
+        """Return one run of an issue."""
+        raw = self.redis.get(_run_key(issue, attempt))
+        return Run.model_validate_json(raw) if raw is not None else None
+
+    def runs(self, issue: IssueRef) -> list[Run]:
+        """Return every recorded run of an issue, oldest first."""
+        attempts = int(self.redis.get(_issue_key(issue, "attempts")) or 0)
+        keys = [_run_key(issue, n) for n in range(1, attempts + 1)]
+        raws = self.redis.mget(keys) if keys else []
+        return [Run.model_validate_json(raw) for raw in raws if raw is not None]
+
+    def update_run(
+        self, issue: IssueRef, attempt: int, change: Callable[[Run], Run | None]
+    ) -> Run | None:
+        """Apply change to the stored run atomically; return the new run, or None if unchanged.
+
+        change is a pure function of the current run; it returns None to leave it
+        as it is (a stale or repeated event), which is how redelivered webhooks and
+        retried jobs become harmless.
+        """
+        key = _run_key(issue, attempt)
+        with self.redis.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(key)  # type: ignore[no-untyped-call]
+                    raw = pipe.get(key)
+                    if raw is None:
+                        return None
+                    new = change(Run.model_validate_json(raw))
+                    if new is None:
+                        pipe.unwatch()
+                        return None
+                    pipe.multi()
+                    self._queue_run_write(pipe, new)
+                    pipe.execute()
+                    return new
+                except WatchError:
+                    continue
+
+    def run_for_head(self, repo: str, sha: str) -> tuple[IssueRef, int] | None:
+        """Return the issue and attempt whose push produced this head sha."""
+        value = self.redis.get(f"{_PREFIX}:head:{repo}:{sha}")
+        if value is None:
+            return None
+        installation, number, attempt = (int(part) for part in str(value).split(":"))
+        return IssueRef(installation_id=installation, repo=repo, number=number), attempt
+
+    def recent_runs(self, limit: int = 50) -> list[Run]:
+        """Return the most recently started runs across all repositories, newest first."""
+        members = self.redis.zrevrange(f"{_PREFIX}:runs:recent", 0, limit - 1)
+        keys = [f"{_PREFIX}:issue:{_text(member)}" for member in members]
+        raws = self.redis.mget(keys) if keys else []
+        return [Run.model_validate_json(raw) for raw in raws if raw is not None]
+
+    def _queue_run_write(self, pipe: redis.client.Pipeline, run: Run) -> None:
+        issue = run.issue
+        pipe.set(_run_key(issue, run.attempt), run.model_dump_json(), ex=RUN_TTL_S)
+        member = f"{issue.repo}:{issue.number}:run:{run.attempt}"
+        pipe.zadd(f"{_PREFIX}:runs:recent", {member: run.started_at.timestamp()})
+        pipe.zremrangebyrank(f"{_PREFIX}:runs:recent", 0, -RECENT_RUNS - 1)
+        if run.head_sha is not None:
+            pipe.set(
+                f"{_PREFIX}:head:{issue.repo}:{run.head_sha}",
+                f"{issue.installation_id}:{issue.number}:{run.attempt}",
+                ex=RUN_TTL_S,
+            )
+
+    # Comments ------------------------------------------------------------
+
+    def status_comment(self, issue: IssueRef) -> int | None:
+        """Return the id of the issue's status comment, if one was posted."""
+        value = self.redis.get(_issue_key(issue, "status-comment"))
+        return int(value) if value is not None else None
+
+    def set_status_comment(self, issue: IssueRef, comment_id: int) -> None:
+        """Remember the issue's status comment so it is edited, never posted twice."""
+        self.redis.set(_issue_key(issue, "status-comment"), comment_id)
+
+    # Observability -------------------------------------------------------
+
+    def mark(self, what: str, at: datetime) -> None:
+        """Record when something last happened (a dispatch, a sweep)."""
+        self.redis.hset(f"{_PREFIX}:last", what, at.isoformat())
+
+    def marks(self) -> dict[str, str]:
+        """Return when each recorded thing last happened."""
+        return {str(k): str(v) for k, v in self.redis.hgetall(f"{_PREFIX}:last").items()}

@@ -1,0 +1,101 @@
+"""Baton's footprint on GitHub: labels, the status comment, the pull request."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from gidgethub import BadRequest
+
+from bot.github import GitHubClient
+from bot.model import IssueRef
+from bot.store import Store
+
+log = logging.getLogger(__name__)
+
+
+async def read_issue(gh: GitHubClient, issue: IssueRef) -> dict[str, Any]:
+    """Return the issue as GitHub has it now."""
+    data: dict[str, Any] = await gh.getitem(
+        "/repos/{+repo}/issues/{number}", {"repo": issue.repo, "number": issue.number}
+    )
+    return data
+
+
+def label_names(issue_data: dict[str, Any]) -> set[str]:
+    """Return the names of the labels an issue carries."""
+    return {str(label["name"]) for label in issue_data.get("labels", [])}
+
+
+async def swap_labels(
+    gh: GitHubClient, issue: IssueRef, *, add: str | None, remove: set[str]
+) -> None:
+    """Put add on the issue, then take remove off: never a moment without a Baton state label."""
+    url_vars: dict[str, str | int] = {"repo": issue.repo, "number": issue.number}
+    if add is not None:
+        await gh.post("/repos/{+repo}/issues/{number}/labels", url_vars, data={"labels": [add]})
+    for name in sorted(remove - {add}):
+        try:
+            await gh.delete(
+                "/repos/{+repo}/issues/{number}/labels/{name}", {**url_vars, "name": name}
+            )
+        except BadRequest as exc:
+            if exc.status_code != 404:  # already gone is what we wanted
+                raise
+
+
+async def write_status_comment(gh: GitHubClient, store: Store, issue: IssueRef, body: str) -> None:
+    """Create the issue's status comment once, then edit it in place."""
+    comment_id = store.status_comment(issue)
+    if comment_id is not None:
+        try:
+            await gh.patch(
+                "/repos/{+repo}/issues/comments/{id}",
+                {"repo": issue.repo, "id": comment_id},
+                data={"body": body},
+            )
+            return
+        except BadRequest as exc:
+            if exc.status_code != 404:
+                raise
+            log.info("%s: status comment %s was deleted; posting a new one", issue, comment_id)
+    comment = await gh.post(
+        "/repos/{+repo}/issues/{number}/comments",
+        {"repo": issue.repo, "number": issue.number},
+        data={"body": body},
+    )
+    store.set_status_comment(issue, int(comment["id"]))
+
+
+async def open_or_update_pr(
+    gh: GitHubClient, issue: IssueRef, *, branch: str, base: str, title: str, body: str
+) -> dict[str, Any]:
+    """Open the branch's pull request, or update the open one: never two for one branch."""
+    existing = [
+        pr
+        async for pr in gh.getiter(
+            "/repos/{+repo}/pulls{?state,head}",
+            {"repo": issue.repo, "state": "open", "head": f"{issue.owner}:{branch}"},
+        )
+    ]
+    if existing:
+        pr: dict[str, Any] = await gh.patch(
+            existing[0]["url"], data={"title": title, "body": body, "base": base}
+        )
+        return pr
+    created: dict[str, Any] = await gh.post(
+        "/repos/{+repo}/pulls",
+        {"repo": issue.repo},
+        data={"title": title, "head": branch, "base": base, "body": body},
+    )
+    return created
+
+
+async def pr_files(gh: GitHubClient, repo: str, number: int) -> list[str]:
+    """Return the files the pull request's own diff touches."""
+    return [
+        str(entry["filename"])
+        async for entry in gh.getiter(
+            "/repos/{+repo}/pulls/{number}/files", {"repo": repo, "number": number}
+        )
+    ]

@@ -1,0 +1,92 @@
+"""The web process: verify, deduplicate, route, enqueue; acknowledge within milliseconds."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import redis
+from aiohttp import web
+from gidgethub import ValidationFailure, sansio
+
+from bot.dispatch import Dispatcher
+from bot.settings import Settings
+from bot.store import Store
+from handlers import HandlerContext, router
+
+log = logging.getLogger(__name__)
+
+MAX_PAYLOAD_BYTES = 25 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB
+CONTEXT = web.AppKey("context", HandlerContext)
+
+
+def _answer(status: int, outcome: str, **extra: object) -> web.Response:
+    return web.json_response({"outcome": outcome, **extra}, status=status)
+
+
+async def receive_webhook(request: web.Request) -> web.Response:
+    """Accept one webhook delivery: 202 once it is verified, recorded and routed."""
+    ctx = request.app[CONTEXT]
+    if request.content_length is not None and request.content_length > MAX_PAYLOAD_BYTES:
+        return _answer(413, "refused", reason="payload over GitHub's 25 MB cap")
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _answer(413, "refused", reason="payload over GitHub's 25 MB cap")
+    secret = ctx.settings.webhook_secret
+    if secret is not None:
+        signature = request.headers.get("X-Hub-Signature-256")
+        if not signature:
+            return _answer(401, "refused", reason="missing X-Hub-Signature-256")
+        try:
+            sansio.validate_event(body, signature=signature, secret=secret)
+        except ValidationFailure:
+            log.warning("refused a delivery with a bad signature from %s", request.remote)
+            return _answer(401, "refused", reason="signature does not match")
+    event_name = request.headers.get("X-GitHub-Event")
+    delivery_id = request.headers.get("X-GitHub-Delivery")
+    if not event_name or not delivery_id:
+        return _answer(400, "refused", reason="missing X-GitHub-Event or X-GitHub-Delivery")
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return _answer(400, "refused", reason="body is not JSON")
+    if not isinstance(data, dict):
+        return _answer(400, "refused", reason="body is not a JSON object")
+    event = sansio.Event(data, event=event_name, delivery_id=delivery_id)
+    if not router.fetch(event):
+        return _answer(202, "ignored")
+    try:
+        if not ctx.store.first_delivery(delivery_id):
+            log.info("delivery %s (%s) seen before; ignored", delivery_id, event_name)
+            return _answer(202, "duplicate")
+        await router.dispatch(event, ctx)
+    except redis.RedisError as exc:
+        log.error("delivery %s (%s): Redis unavailable: %s", delivery_id, event_name, exc)
+        return _answer(503, "retry", reason="state store unavailable")
+    except Exception:
+        log.exception("delivery %s (%s) failed in its handler", delivery_id, event_name)
+        ctx.store.forget_delivery(delivery_id)  # let a redelivery try again
+        return _answer(500, "failed")
+    return _answer(202, "accepted")
+
+
+async def health(request: web.Request) -> web.Response:
+    """Report whether Redis answers and how deep each queue is."""
+    ctx = request.app[CONTEXT]
+    try:
+        ctx.store.ping()
+        depths = ctx.dispatch.depths()
+    except Exception as exc:
+        return web.json_response({"status": "degraded", "redis": str(exc)}, status=503)
+    return web.json_response({"status": "ok", "redis": "ok", "queues": depths})
+
+
+def create_app(settings: Settings, store: Store, dispatch: Dispatcher) -> web.Application:
+    """Build the web application."""
+    settings.webhook_secret  # noqa: B018 - refuse to build an app that would accept unsigned events
+    app = web.Application(client_max_size=MAX_PAYLOAD_BYTES)
+    app[CONTEXT] = HandlerContext(settings=settings, store=store, dispatch=dispatch)
+    app.router.add_post("/webhook", receive_webhook)
+    app.router.add_get("/healthz", health)
+    return app

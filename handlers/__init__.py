@@ -1,0 +1,12 @@
+"""Webhook handlers, one module per event family, composed on one router."""
+
+from __future__ import annotations
+
+from gidgethub.routing import Router
+
+from handlers import checks, issues
+from handlers.context import HandlerContext
+
+__all__ = ["HandlerContext", "router"]
+
+router = Router(issues.router, checks.router)

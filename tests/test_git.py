@@ -1,0 +1,113 @@
+"""Mirrors, worktrees and pushes with real git; tokens never leak into errors."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bot.git import Git, GitError, Identity, Workspace, auth_header
+
+TOKEN = "ghs_SeCrEtInstallationToken"
+
+
+def sh(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(cwd), "-c", "user.name=T", "-c", "user.email=t@e", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
+@pytest.fixture
+def origin(tmp_path: Path) -> Path:
+    """A bare repository with one commit on main, standing in for GitHub."""
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    sh(seed, "init", "-q", "-b", "main")
+    (seed / "app.py").write_text("print('hi')\n")
+    sh(seed, "add", "-A")
+    sh(seed, "commit", "-q", "-m", "init")
+    bare = tmp_path / "origin.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(seed), str(bare)], check=True)
+    return bare
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Workspace:
+    return Workspace(Git(Identity("Baton", "baton@example.invalid")), tmp_path / "data")
+
+
+async def test_worktree_from_mirror_commit_and_push(workspace: Workspace, origin: Path) -> None:
+    url = str(origin)
+    mirror = await workspace.refresh_mirror("octo/app", url, TOKEN)
+    base = await workspace.rev_parse(mirror, "refs/remotes/origin/main")
+    assert base == sh(origin, "rev-parse", "main")
+    assert await workspace.remote_branch("octo/app", "baton/issue-1") is None
+
+    tree = await workspace.provision("octo/app", 1, "baton/issue-1", base)
+    assert tree == workspace.worktree_path("octo/app", 1)
+    assert await workspace.commit_leftovers(tree, "nothing") is False
+    (tree / "app.py").write_text("print('fixed')\n")
+    assert await workspace.commit_leftovers(tree, "Fix #1") is True
+    assert await workspace.has_diff(tree, base)
+    assert await workspace.commits_since(tree, base) == 1
+    await workspace.push(tree, url, "baton/issue-1", TOKEN, expected=None)
+    assert sh(origin, "rev-parse", "baton/issue-1") == await workspace.rev_parse(tree, "HEAD")
+    assert sh(origin, "log", "-1", "--format=%an <%ae>", "baton/issue-1") == (
+        "Baton <baton@example.invalid>"
+    )
+    assert TOKEN not in (mirror / "config").read_text()
+
+
+async def test_a_new_attempt_reprovisions_and_replaces_only_what_it_saw(
+    workspace: Workspace, origin: Path, tmp_path: Path
+) -> None:
+    url = str(origin)
+    mirror = await workspace.refresh_mirror("octo/app", url, TOKEN)
+    base = await workspace.rev_parse(mirror, "refs/remotes/origin/main")
+    tree = await workspace.provision("octo/app", 1, "baton/issue-1", base)
+    (tree / "a.txt").write_text("one\n")
+    await workspace.commit_leftovers(tree, "attempt 1")
+    await workspace.push(tree, url, "baton/issue-1", TOKEN, expected=None)
+
+    await workspace.refresh_mirror("octo/app", url, TOKEN)
+    seen = await workspace.remote_branch("octo/app", "baton/issue-1")
+    assert seen == sh(origin, "rev-parse", "baton/issue-1")
+    tree = await workspace.provision("octo/app", 1, "baton/issue-1", base)
+    assert not (tree / "a.txt").exists(), "a fresh attempt starts from the base"
+    (tree / "b.txt").write_text("two\n")
+    await workspace.commit_leftovers(tree, "attempt 2")
+
+    # Someone pushes to the branch after Baton fetched it: the lease refuses to overwrite.
+    human = tmp_path / "human"
+    subprocess.run(
+        ["git", "clone", "-q", "-b", "baton/issue-1", str(origin), str(human)], check=True
+    )
+    (human / "c.txt").write_text("human\n")
+    sh(human, "add", "-A")
+    sh(human, "commit", "-q", "-m", "human fixup")
+    sh(human, "push", "-q", "origin", "baton/issue-1")
+    with pytest.raises(GitError):
+        await workspace.push(tree, url, "baton/issue-1", TOKEN, expected=seen)
+    assert sh(origin, "log", "-1", "--format=%s", "baton/issue-1") == "human fixup"
+
+
+async def test_errors_mask_the_token(workspace: Workspace, tmp_path: Path) -> None:
+    with pytest.raises(GitError) as failure:
+        await workspace.refresh_mirror("octo/app", "http://127.0.0.1:9/octo/app.git", TOKEN)
+    message = str(failure.value)
+    assert TOKEN not in message
+    assert auth_header(TOKEN).split()[-1] not in message
+    assert "***" in message
+
+
+async def test_remove_deletes_the_worktree(workspace: Workspace, origin: Path) -> None:
+    mirror = await workspace.refresh_mirror("octo/app", str(origin), TOKEN)
+    base = await workspace.rev_parse(mirror, "refs/remotes/origin/main")
+    tree = await workspace.provision("octo/app", 2, "baton/issue-2", base)
+    await workspace.remove("octo/app", 2)
+    assert not tree.exists()
+    assert "issue-2" not in sh(mirror, "worktree", "list")

@@ -1,0 +1,107 @@
+"""Claims, fencing and run records in a real Redis."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from bot import store as store_module
+from bot.model import IssueRef, Run, RunState, utcnow
+from bot.store import LockLost, Store
+
+ISSUE = IssueRef(installation_id=1, repo="octo/widgets", number=12)
+
+
+def _claim_in_process(url: str, barrier: Any, results: Any) -> None:
+    store = Store.from_url(url)
+    barrier.wait()
+    results.put(store.claim(ISSUE) is not None)
+
+
+def test_concurrent_claims_from_many_processes_let_exactly_one_win(redis_url: str) -> None:
+    contenders = 8
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(contenders), ctx.Queue()
+    processes = [
+        ctx.Process(target=_claim_in_process, args=(redis_url, barrier, results))
+        for _ in range(contenders)
+    ]
+    for process in processes:
+        process.start()
+    outcomes = [results.get(timeout=30) for _ in processes]
+    for process in processes:
+        process.join()
+    assert outcomes.count(True) == 1
+
+
+def test_concurrent_claims_from_threads_let_exactly_one_win(store: Store) -> None:
+    with ThreadPoolExecutor(16) as pool:
+        claims = list(pool.map(lambda _: store.claim(ISSUE), range(64)))
+    assert len([c for c in claims if c is not None]) == 1
+
+
+def test_release_lets_the_next_claim_in_with_a_larger_fence(store: Store) -> None:
+    first = store.claim(ISSUE)
+    assert first is not None
+    assert store.claim(ISSUE) is None
+    store.release(first)
+    second = store.claim(ISSUE)
+    assert second is not None and second.fence > first.fence
+
+
+def test_a_stale_claim_cannot_release_or_write_over_its_successor(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "LOCK_TTL_MS", 100)
+    stale = store.claim(ISSUE)
+    assert stale is not None
+    time.sleep(0.2)  # the stalled holder's lock expires
+    fresh = store.claim(ISSUE)
+    assert fresh is not None
+    assert store.heartbeat(stale) is False
+    store.release(stale)
+    assert store.lock_holder(ISSUE) == fresh.token
+    run = Run.claimed(ISSUE, 1, "baton/issue-12", utcnow())
+    with pytest.raises(LockLost):
+        store.save_run(run, stale)
+    store.save_run(run, fresh)
+    assert store.run(ISSUE, 1) == run
+
+
+def test_update_run_applies_a_change_once_and_skips_a_refusal(store: Store) -> None:
+    claim = store.claim(ISSUE)
+    assert claim is not None
+    run = Run.claimed(ISSUE, store.next_attempt(claim), "baton/issue-12", utcnow())
+    store.save_run(run, claim)
+
+    def to_running(current: Run) -> Run | None:
+        return (
+            None if current.state is RunState.RUNNING else current.moved(RunState.RUNNING, utcnow())
+        )
+
+    assert store.update_run(ISSUE, 1, to_running) is not None
+    assert store.update_run(ISSUE, 1, to_running) is None
+    stored = store.run(ISSUE, 1)
+    assert stored is not None
+    assert [step.state for step in stored.history] == [RunState.CLAIMED, RunState.RUNNING]
+
+
+def test_head_sha_finds_its_run_and_recent_runs_lists_it(store: Store) -> None:
+    claim = store.claim(ISSUE)
+    assert claim is not None
+    run = Run.claimed(ISSUE, store.next_attempt(claim), "b", utcnow())
+    store.save_run(run.model_copy(update={"head_sha": "a" * 40}), claim)
+    assert store.run_for_head("octo/widgets", "a" * 40) == (ISSUE, 1)
+    assert store.run_for_head("octo/widgets", "b" * 40) is None
+    assert [r.run_id for r in store.recent_runs()] == ["octo/widgets#12/1"]
+
+
+def test_delivery_ids_are_first_seen_once(store: Store) -> None:
+    assert store.first_delivery("d-1") is True
+    assert store.first_delivery("d-1") is False
+    store.forget_delivery("d-1")
+    assert store.first_delivery("d-1") is True

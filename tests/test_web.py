@@ -1,0 +1,224 @@
+"""The webhook endpoint: signatures, deduplication, bad input, and routing of GitHub's payloads."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import hmac
+import json
+import uuid
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+from rq import Queue
+
+from bot.dispatch import AGENTS, EVENTS, Dispatcher
+from bot.model import IssueRef, Run, RunState, utcnow
+from bot.settings import Settings, SettingsError
+from bot.store import Store
+from bot.web import MAX_PAYLOAD_BYTES, create_app
+from tests.support import payload
+
+SECRET = "It's a Secret to Everybody"
+
+
+def signed(body: bytes, secret: str = SECRET) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def headers_for(event: str, body: bytes, **overrides: str) -> dict[str, str]:
+    headers = {
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": str(uuid.uuid4()),
+        "X-Hub-Signature-256": signed(body),
+        "Content-Type": "application/json",
+    }
+    headers.update(overrides)
+    return {k: v for k, v in headers.items() if v != ""}
+
+
+def labeled(label: str = "baton:queue", installation: int | None = 7) -> dict[str, Any]:
+    data = copy.deepcopy(payload("issues/labeled.json"))
+    data["label"]["name"] = label
+    if installation is not None:
+        data["installation"] = {
+            "id": installation,
+            "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uNw==",
+        }
+    return data
+
+
+@pytest.fixture
+def dispatch(settings: Settings, redis_url: str) -> Dispatcher:
+    return Dispatcher.from_url(redis_url, settings)
+
+
+@pytest.fixture
+async def client(
+    aiohttp_client: Any, settings: Settings, store: Store, dispatch: Dispatcher
+) -> TestClient:
+    return await aiohttp_client(create_app(settings, store, dispatch))  # type: ignore[no-any-return]
+
+
+def queued(dispatch: Dispatcher, name: str) -> list[tuple[str, tuple[Any, ...]]]:
+    queue: Queue = dispatch.queues[name]
+    return [(job.func_name, tuple(job.args)) for job in queue.get_jobs()]
+
+
+async def post(
+    client: TestClient, event: str, data: object, **headers: str
+) -> tuple[int, dict[str, Any]]:
+    body = json.dumps(data).encode()
+    response = await client.post("/webhook", data=body, headers=headers_for(event, body, **headers))
+    return response.status, await response.json()
+
+
+async def test_labelled_issue_enqueues_one_run(client: TestClient, dispatch: Dispatcher) -> None:
+    data = labeled()
+    status, answer = await post(client, "issues", data)
+    assert (status, answer["outcome"]) == (202, "accepted")
+    repo = data["repository"]["full_name"]
+    assert queued(dispatch, AGENTS) == [("jobs.run.run_issue", (7, repo, data["issue"]["number"]))]
+
+
+@pytest.mark.parametrize(
+    ("case", "header_overrides", "expected_status"),
+    [
+        ("no signature", {"X-Hub-Signature-256": ""}, 401),
+        ("wrong signature", {"X-Hub-Signature-256": signed(b"other body")}, 401),
+        ("signed with another secret", {"X-Hub-Signature-256": "<other-secret>"}, 401),
+        ("sha1 prefix missing", {"X-Hub-Signature-256": "deadbeef"}, 401),
+        ("no event header", {"X-GitHub-Event": ""}, 400),
+        ("no delivery header", {"X-GitHub-Delivery": ""}, 400),
+    ],
+)
+async def test_bad_deliveries_are_refused_and_enqueue_nothing(
+    client: TestClient,
+    dispatch: Dispatcher,
+    case: str,
+    header_overrides: dict[str, str],
+    expected_status: int,
+) -> None:
+    body = json.dumps(labeled()).encode()
+    if header_overrides.get("X-Hub-Signature-256") == "<other-secret>":
+        header_overrides = {"X-Hub-Signature-256": signed(body, "another secret")}
+    response = await client.post(
+        "/webhook", data=body, headers=headers_for("issues", body, **header_overrides)
+    )
+    assert response.status == expected_status, case
+    assert queued(dispatch, AGENTS) == []
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b""])
+async def test_body_that_is_not_a_json_object_is_400(client: TestClient, body: bytes) -> None:
+    response = await client.post("/webhook", data=body, headers=headers_for("issues", body))
+    assert response.status == 400
+
+
+async def test_oversized_payload_is_413(client: TestClient, dispatch: Dispatcher) -> None:
+    body = b"{" + b" " * MAX_PAYLOAD_BYTES + b"}"
+    response = await client.post("/webhook", data=body, headers=headers_for("issues", body))
+    assert response.status == 413
+    assert queued(dispatch, AGENTS) == []
+
+
+async def test_redelivery_does_nothing_twice(client: TestClient, dispatch: Dispatcher) -> None:
+    body = json.dumps(labeled()).encode()
+    headers = headers_for("issues", body)
+    first = await client.post("/webhook", data=body, headers=headers)
+    again = await client.post("/webhook", data=body, headers=headers)
+    assert (first.status, (await first.json())["outcome"]) == (202, "accepted")
+    assert (again.status, (await again.json())["outcome"]) == (202, "duplicate")
+    assert len(queued(dispatch, AGENTS)) == 1
+
+
+async def test_other_labels_and_unrouted_events_are_accepted_and_ignored(
+    client: TestClient, dispatch: Dispatcher
+) -> None:
+    status, _ = await post(client, "issues", labeled("bug"))
+    assert status == 202
+    status, answer = await post(client, "ping", payload("ping/event.with-app_id.json"))
+    assert (status, answer["outcome"]) == (202, "ignored")
+    assert queued(dispatch, AGENTS) == []
+
+
+async def test_label_event_without_installation_is_dropped(
+    client: TestClient, dispatch: Dispatcher
+) -> None:
+    # GitHub's own example has no installation: a repository webhook, not the App's.
+    data = payload("issues/labeled.json")
+    data["label"]["name"] = "baton:queue"
+    status, _ = await post(client, "issues", data)
+    assert status == 202
+    assert queued(dispatch, AGENTS) == []
+
+
+async def test_ghes_payload_with_installation_enqueues(
+    client: TestClient, dispatch: Dispatcher
+) -> None:
+    data = payload("issues/labeled.ghes-3.5.json")
+    data["label"]["name"] = "baton:queue"
+    status, _ = await post(client, "issues", data)
+    assert status == 202
+    [(func, args)] = queued(dispatch, AGENTS)
+    assert args == (
+        data["installation"]["id"],
+        data["repository"]["full_name"],
+        data["issue"]["number"],
+    )
+
+
+async def test_label_added_by_baton_itself_is_ignored(
+    client: TestClient, dispatch: Dispatcher, store: Store
+) -> None:
+    store.set_bot_login("baton[bot]")
+    data = labeled()
+    data["sender"] = {**data["sender"], "login": "baton[bot]", "type": "Bot"}
+    status, _ = await post(client, "issues", data)
+    assert status == 202
+    assert queued(dispatch, AGENTS) == []
+
+
+async def test_check_suite_for_a_head_baton_pushed_enqueues_settlement(
+    client: TestClient, dispatch: Dispatcher, store: Store
+) -> None:
+    data = payload("check_suite/completed.json")
+    data["installation"] = {"id": 7}
+    repo, sha = data["repository"]["full_name"], data["check_suite"]["head_sha"]
+    status, _ = await post(client, "check_suite", data)
+    assert status == 202
+    assert queued(dispatch, EVENTS) == [], "a head Baton did not push is not its business"
+
+    issue = IssueRef(installation_id=7, repo=repo, number=3)
+    claim = store.claim(issue)
+    assert claim is not None
+    run = Run.claimed(issue, 1, "baton/issue-3", utcnow()).moved(RunState.PUSHED_PENDING, utcnow())
+    store.save_run(run.model_copy(update={"head_sha": sha}), claim)
+    status, _ = await post(client, "check_suite", data)
+    assert queued(dispatch, EVENTS) == [("jobs.settle.settle_head", (7, repo, sha))]
+
+
+async def test_health_reports_redis_and_queue_depths(client: TestClient) -> None:
+    response = await client.get("/healthz")
+    assert response.status == 200
+    body = await response.json()
+    assert body["redis"] == "ok"
+    assert set(body["queues"]) == {"baton-events", "baton-agents", "baton-maintenance"}
+
+
+def test_app_refuses_to_start_without_a_secret(redis_url: str, store: Store) -> None:
+    settings = Settings(REDIS_URL=redis_url)
+    with pytest.raises(SettingsError, match="GITHUB_WEBHOOK_SECRET"):
+        create_app(settings, store, Dispatcher.from_url(redis_url, settings))
+
+
+async def test_demo_mode_accepts_unsigned_deliveries(
+    aiohttp_client: Any, redis_url: str, store: Store
+) -> None:
+    settings = Settings(REDIS_URL=redis_url, BATON_DEMO=True)
+    dispatch = Dispatcher.from_url(redis_url, settings)
+    client = await aiohttp_client(create_app(settings, store, dispatch))
+    status, _ = await post(client, "issues", labeled(), **{"X-Hub-Signature-256": ""})
+    assert status == 202
+    assert len(queued(dispatch, AGENTS)) == 1
