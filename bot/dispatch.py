@@ -1,11 +1,14 @@
-"""Enqueueing Baton's jobs on RQ: queue names, semantic job ids, explicit timeouts."""
+"""Baton's jobs on RQ: queue names, semantic job ids, explicit timeouts, batched enqueueing."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import redis
 from rq import Queue
+from rq.queue import EnqueueData
 
 from bot.model import IssueRef
 from bot.settings import Settings
@@ -26,8 +29,45 @@ def job_id(*parts: object) -> str:
     return "-".join(_NOT_IN_JOB_ID.sub("_", str(part)) for part in parts)
 
 
+@dataclass(frozen=True)
+class JobSpec:
+    """One job to enqueue: a function path and ids, never an event or a token."""
+
+    queue: str
+    func: str
+    args: tuple[int | str, ...]
+    job_id: str
+    timeout_s: int
+    description: str
+
+
+def run_issue_job(settings: Settings, issue: IssueRef, delivery_id: str) -> JobSpec:
+    """Return the job for an attempt at an issue (it claims the issue: a duplicate is harmless)."""
+    return JobSpec(
+        queue=AGENTS,
+        func="jobs.run.run_issue",
+        args=(issue.installation_id, issue.repo, issue.number),
+        job_id=job_id("run", issue.repo, issue.number, delivery_id),
+        # Longer than the agent's own cap, so the run ends itself and reports why.
+        timeout_s=int(settings.agent_wall_clock_seconds) + 15 * 60,
+        description=f"run {issue}",
+    )
+
+
+def settle_head_job(installation_id: int, repo: str, head_sha: str) -> JobSpec:
+    """Return the job that settles the run which pushed head_sha from its check results."""
+    return JobSpec(
+        queue=EVENTS,
+        func="jobs.settle.settle_head",
+        args=(installation_id, repo, head_sha),
+        job_id=job_id("settle", repo, head_sha),
+        timeout_s=SETTLE_TIMEOUT_S,
+        description=f"settle {repo}@{head_sha[:12]}",
+    )
+
+
 class Dispatcher:
-    """Put jobs on Baton's queues; jobs receive ids, never events or tokens."""
+    """Put jobs on Baton's queues."""
 
     def __init__(self, connection: redis.Redis, settings: Settings) -> None:
         self.connection = connection
@@ -39,36 +79,37 @@ class Dispatcher:
         """Connect to the Redis RQ uses (RQ needs undecoded responses)."""
         return cls(redis.Redis.from_url(url), settings)
 
+    def enqueue(self, specs: Sequence[JobSpec]) -> None:
+        """Enqueue jobs, all of them in one round trip to Redis."""
+        by_queue: dict[str, list[EnqueueData]] = {}
+        for spec in specs:
+            by_queue.setdefault(spec.queue, []).append(
+                Queue.prepare_data(
+                    spec.func,
+                    spec.args,
+                    job_id=spec.job_id,
+                    timeout=spec.timeout_s,
+                    result_ttl=RESULT_TTL_S,
+                    failure_ttl=FAILURE_TTL_S,
+                    description=spec.description,
+                )
+            )
+        with self.connection.pipeline() as pipe:
+            for name, datas in by_queue.items():
+                self.queues[name].enqueue_many(datas, pipeline=pipe)
+            pipe.execute()
+
     def run_issue(self, issue: IssueRef, delivery_id: str) -> str:
-        """Enqueue an attempt at the issue; the job claims it, so a duplicate is harmless."""
-        job = self.queues[AGENTS].enqueue(
-            "jobs.run.run_issue",
-            issue.installation_id,
-            issue.repo,
-            issue.number,
-            job_id=job_id("run", issue.repo, issue.number, delivery_id),
-            # Longer than the agent's own cap, so the run ends itself and reports why.
-            job_timeout=int(self.settings.agent_wall_clock_seconds) + 15 * 60,
-            result_ttl=RESULT_TTL_S,
-            failure_ttl=FAILURE_TTL_S,
-            description=f"run {issue}",
-        )
-        return str(job.id)
+        """Enqueue an attempt at the issue now; return the job id."""
+        spec = run_issue_job(self.settings, issue, delivery_id)
+        self.enqueue([spec])
+        return spec.job_id
 
     def settle_head(self, installation_id: int, repo: str, head_sha: str) -> str:
-        """Enqueue settling the run that pushed head_sha from its check results."""
-        job = self.queues[EVENTS].enqueue(
-            "jobs.settle.settle_head",
-            installation_id,
-            repo,
-            head_sha,
-            job_id=job_id("settle", repo, head_sha),
-            job_timeout=SETTLE_TIMEOUT_S,
-            result_ttl=RESULT_TTL_S,
-            failure_ttl=FAILURE_TTL_S,
-            description=f"settle {repo}@{head_sha[:12]}",
-        )
-        return str(job.id)
+        """Enqueue settlement of head_sha now; return the job id."""
+        spec = settle_head_job(installation_id, repo, head_sha)
+        self.enqueue([spec])
+        return spec.job_id
 
     def depths(self) -> dict[str, int]:
         """Return how many jobs wait on each queue."""

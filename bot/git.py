@@ -17,6 +17,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 GIT_TIMEOUT_S = 600.0
+BRANCH_PREFIX = "baton/"
 _NOT_SLUG = re.compile(r"[^a-z0-9]+")
 
 
@@ -39,7 +40,7 @@ def branch_name(number: int, title: str) -> str:
     """
     ascii_title = unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode()
     slug = _NOT_SLUG.sub("-", ascii_title.lower()).strip("-")[:40].rstrip("-")
-    return f"baton/issue-{number}-{slug}" if slug else f"baton/issue-{number}"
+    return f"{BRANCH_PREFIX}issue-{number}-{slug}" if slug else f"{BRANCH_PREFIX}issue-{number}"
 
 
 def auth_header(token: str) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -95,14 +95,17 @@ class Store:
 
     # Deliveries ----------------------------------------------------------
 
-    def first_delivery(self, delivery_id: str) -> bool:
-        """Record a webhook delivery id; return False if it was seen before."""
-        key = f"{_PREFIX}:delivery:{delivery_id}"
-        return bool(self.redis.set(key, "1", nx=True, ex=DELIVERY_TTL_S))
+    def first_deliveries(self, delivery_ids: Sequence[str]) -> list[bool]:
+        """Record webhook delivery ids in one round trip; False for each seen before."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for delivery_id in delivery_ids:
+                pipe.set(f"{_PREFIX}:delivery:{delivery_id}", "1", nx=True, ex=DELIVERY_TTL_S)
+            return [bool(result) for result in pipe.execute()]
 
-    def forget_delivery(self, delivery_id: str) -> None:
-        """Forget a delivery whose handling failed, so a redelivery is processed."""
-        self.redis.delete(f"{_PREFIX}:delivery:{delivery_id}")
+    def forget_deliveries(self, delivery_ids: Sequence[str]) -> None:
+        """Forget deliveries whose handling failed, so a redelivery is processed."""
+        if delivery_ids:
+            self.redis.delete(*(f"{_PREFIX}:delivery:{d}" for d in delivery_ids))
 
     # The App's identity --------------------------------------------------
 

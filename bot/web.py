@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 
 import redis
 from aiohttp import web
 from gidgethub import ValidationFailure, sansio
 
 from bot.dispatch import Dispatcher
+from bot.intake import Intake
 from bot.settings import Settings
 from bot.store import Store
 from handlers import HandlerContext, router
@@ -17,7 +19,26 @@ from handlers import HandlerContext, router
 log = logging.getLogger(__name__)
 
 MAX_PAYLOAD_BYTES = 25 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB
-CONTEXT = web.AppKey("context", HandlerContext)
+
+
+@dataclass
+class WebContext:
+    """What the web process holds for its whole life."""
+
+    settings: Settings
+    store: Store
+    dispatch: Dispatcher
+    intake: Intake
+    _bot_login: str | None = None
+
+    def bot_login(self) -> str | None:
+        """Return the App's bot login, read once it is known (a worker learns it from GET /app)."""
+        if self._bot_login is None:
+            self._bot_login = self.settings.bot_login or self.store.bot_login()
+        return self._bot_login
+
+
+CONTEXT = web.AppKey("context", WebContext)
 
 
 def _answer(status: int, outcome: str, **extra: object) -> web.Response:
@@ -26,14 +47,14 @@ def _answer(status: int, outcome: str, **extra: object) -> web.Response:
 
 async def receive_webhook(request: web.Request) -> web.Response:
     """Accept one webhook delivery: 202 once it is verified, recorded and routed."""
-    ctx = request.app[CONTEXT]
+    web_ctx = request.app[CONTEXT]
     if request.content_length is not None and request.content_length > MAX_PAYLOAD_BYTES:
         return _answer(413, "refused", reason="payload over GitHub's 25 MB cap")
     try:
         body = await request.read()
     except web.HTTPRequestEntityTooLarge:
         return _answer(413, "refused", reason="payload over GitHub's 25 MB cap")
-    secret = ctx.settings.webhook_secret
+    secret = web_ctx.settings.webhook_secret
     if secret is not None:
         signature = request.headers.get("X-Hub-Signature-256")
         if not signature:
@@ -56,18 +77,28 @@ async def receive_webhook(request: web.Request) -> web.Response:
     event = sansio.Event(data, event=event_name, delivery_id=delivery_id)
     if not router.fetch(event):
         return _answer(202, "ignored")
+    ctx = HandlerContext(settings=web_ctx.settings, bot_login=web_ctx.bot_login)
     try:
-        if not ctx.store.first_delivery(delivery_id):
+        await router.dispatch(event, ctx)
+    except Exception:
+        log.exception("delivery %s (%s): handler failed", delivery_id, event_name)
+        return _answer(500, "failed")
+    if not ctx.jobs:
+        return _answer(202, "ignored")
+    try:
+        if not await web_ctx.intake.submit(delivery_id, ctx.jobs):
             log.info("delivery %s (%s) seen before; ignored", delivery_id, event_name)
             return _answer(202, "duplicate")
-        await router.dispatch(event, ctx)
     except redis.RedisError as exc:
         log.error("delivery %s (%s): Redis unavailable: %s", delivery_id, event_name, exc)
         return _answer(503, "retry", reason="state store unavailable")
-    except Exception:
-        log.exception("delivery %s (%s) failed in its handler", delivery_id, event_name)
-        ctx.store.forget_delivery(delivery_id)  # let a redelivery try again
-        return _answer(500, "failed")
+    log.info(
+        "delivery %s (%s.%s) queued %s",
+        delivery_id,
+        event_name,
+        data.get("action"),
+        ", ".join(job.job_id for job in ctx.jobs),
+    )
     return _answer(202, "accepted")
 
 
@@ -86,7 +117,7 @@ def create_app(settings: Settings, store: Store, dispatch: Dispatcher) -> web.Ap
     """Build the web application."""
     settings.webhook_secret  # noqa: B018 - refuse to build an app that would accept unsigned events
     app = web.Application(client_max_size=MAX_PAYLOAD_BYTES)
-    app[CONTEXT] = HandlerContext(settings=settings, store=store, dispatch=dispatch)
+    app[CONTEXT] = WebContext(settings, store, dispatch, Intake(store, dispatch))
     app.router.add_post("/webhook", receive_webhook)
     app.router.add_get("/healthz", health)
     return app

@@ -1,28 +1,37 @@
-"""What every handler receives beside the event: settings, state and the queues."""
+"""What a handler receives beside the event: settings, and where its decisions go.
+
+Handlers decide; they do not touch Redis or GitHub. The jobs they choose are
+collected here and enqueued by the web process once the delivery is known to
+be new.
+"""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from gidgethub.sansio import Event
 
-from bot.dispatch import Dispatcher
+from bot.dispatch import JobSpec
 from bot.model import IssueRef
 from bot.settings import Settings
-from bot.store import Store
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class HandlerContext:
-    """The web process's view of Baton: it decides and enqueues, it never calls GitHub."""
+    """One delivery's view of Baton: settings in, chosen jobs out."""
 
     settings: Settings
-    store: Store
-    dispatch: Dispatcher
+    bot_login: Callable[[], str | None]
+    jobs: list[JobSpec] = field(default_factory=list)
+
+    def enqueue(self, job: JobSpec) -> None:
+        """Choose a job to run for this delivery."""
+        self.jobs.append(job)
 
     def installation_id(self, event: Event) -> int | None:
         """Return the installation the event came through, or None (logged) if it has none."""
@@ -50,5 +59,4 @@ class HandlerContext:
     def sent_by_baton(self, event: Event) -> bool:
         """Return whether Baton itself caused the event (its own label changes)."""
         sender: dict[str, Any] = event.data.get("sender") or {}
-        login = self.settings.bot_login or self.store.bot_login()
-        return sender.get("type") == "Bot" and login is not None and sender.get("login") == login
+        return sender.get("type") == "Bot" and sender.get("login") == self.bot_login()

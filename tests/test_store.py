@@ -101,7 +101,7 @@ def test_head_sha_finds_its_run_and_recent_runs_lists_it(store: Store) -> None:
 
 
 def test_delivery_ids_are_first_seen_once(store: Store) -> None:
-    assert store.first_delivery("d-1") is True
-    assert store.first_delivery("d-1") is False
-    store.forget_delivery("d-1")
-    assert store.first_delivery("d-1") is True
+    assert store.first_deliveries(["d-1", "d-2"]) == [True, True]
+    assert store.first_deliveries(["d-1", "d-3", "d-3"]) == [False, True, False]
+    store.forget_deliveries(["d-1"])
+    assert store.first_deliveries(["d-1", "d-2"]) == [True, False]

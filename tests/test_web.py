@@ -14,7 +14,6 @@ from aiohttp.test_utils import TestClient
 from rq import Queue
 
 from bot.dispatch import AGENTS, EVENTS, Dispatcher
-from bot.model import IssueRef, Run, RunState, utcnow
 from bot.settings import Settings, SettingsError
 from bot.store import Store
 from bot.web import MAX_PAYLOAD_BYTES, create_app
@@ -180,21 +179,17 @@ async def test_label_added_by_baton_itself_is_ignored(
     assert queued(dispatch, AGENTS) == []
 
 
-async def test_check_suite_for_a_head_baton_pushed_enqueues_settlement(
-    client: TestClient, dispatch: Dispatcher, store: Store
+async def test_check_suite_on_a_baton_branch_enqueues_settlement(
+    client: TestClient, dispatch: Dispatcher
 ) -> None:
     data = payload("check_suite/completed.json")
     data["installation"] = {"id": 7}
     repo, sha = data["repository"]["full_name"], data["check_suite"]["head_sha"]
     status, _ = await post(client, "check_suite", data)
     assert status == 202
-    assert queued(dispatch, EVENTS) == [], "a head Baton did not push is not its business"
+    assert queued(dispatch, EVENTS) == [], "a branch that is not Baton's is not its business"
 
-    issue = IssueRef(installation_id=7, repo=repo, number=3)
-    claim = store.claim(issue)
-    assert claim is not None
-    run = Run.claimed(issue, 1, "baton/issue-3", utcnow()).moved(RunState.PUSHED_PENDING, utcnow())
-    store.save_run(run.model_copy(update={"head_sha": sha}), claim)
+    data["check_suite"]["head_branch"] = "baton/issue-3-fix-it"
     status, _ = await post(client, "check_suite", data)
     assert queued(dispatch, EVENTS) == [("jobs.settle.settle_head", (7, repo, sha))]
 

@@ -1,0 +1,207 @@
+"""Webhook ingest: `baton web` against a bare aiohttp handler, on loopback, in one run.
+
+Sends signed `issues.labeled` deliveries (GitHub's own payload example, each with
+a fresh delivery id, carrying the queue label so every one is verified, recorded,
+routed and enqueued) at rising concurrency, then at a fixed 500 deliveries/s,
+and prints deliveries/s, p50 and p99 for both servers and Baton's ratio to the
+bare handler. Targets (DESIGN.md): ratio >= 0.5; p99 < 10 ms at 500/s.
+
+    python bench/ingest.py [--seconds 5] [--levels 1 8 32 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import hmac
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from bot.devstack import Process, free_port, spawn, start_redis_server, wait_until
+
+SECRET = "bench-secret"
+PAYLOAD = Path(__file__).parents[1] / "tests/fixtures/github/payloads/issues/labeled.ghes-3.5.json"
+BARE_SERVER = """
+import sys
+from aiohttp import web
+async def accept(request):
+    await request.read()
+    return web.json_response({"outcome": "accepted"}, status=202)
+async def health(request):
+    return web.json_response({"status": "ok"})
+app = web.Application()
+app.router.add_post("/webhook", accept)
+app.router.add_get("/healthz", health)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
+"""
+
+
+@dataclass
+class Figures:
+    """Throughput and latency of one load level against one server."""
+
+    sent: int
+    failed: int
+    seconds: float
+    latencies_ms: list[float]
+
+    @property
+    def rate(self) -> float:
+        return self.sent / self.seconds
+
+    def percentile(self, q: float) -> float:
+        if not self.latencies_ms:
+            return float("nan")
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
+
+
+def delivery_body() -> bytes:
+    data = json.loads(PAYLOAD.read_text())
+    data["label"]["name"] = "baton:queue"
+    return json.dumps(data).encode()
+
+
+def headers(body: bytes) -> dict[str, str]:
+    return {
+        "X-GitHub-Event": "issues",
+        "X-GitHub-Delivery": str(uuid.uuid4()),
+        "X-Hub-Signature-256": "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest(),
+        "Content-Type": "application/json",
+    }
+
+
+async def one(session: aiohttp.ClientSession, url: str, body: bytes, figures: Figures) -> None:
+    started = time.perf_counter()
+    async with session.post(url, data=body, headers=headers(body)) as response:
+        await response.read()
+        ok = response.status == 202
+    figures.latencies_ms.append((time.perf_counter() - started) * 1000)
+    figures.sent += 1
+    figures.failed += 0 if ok else 1
+
+
+async def closed_loop(url: str, body: bytes, concurrency: int, seconds: float) -> Figures:
+    """Keep `concurrency` deliveries in flight for `seconds`."""
+    figures = Figures(0, 0, seconds, [])
+    deadline = time.perf_counter() + seconds
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def lane() -> None:
+            while time.perf_counter() < deadline:
+                await one(session, url, body, figures)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(lane() for _ in range(concurrency)))
+        figures.seconds = time.perf_counter() - started
+    return figures
+
+
+async def open_loop(url: str, body: bytes, rate: float, seconds: float) -> Figures:
+    """Send deliveries at a fixed rate, whatever the server's latency."""
+    figures = Figures(0, 0, seconds, [])
+    interval = 1.0 / rate
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256)) as session:
+        tasks = []
+        started = time.perf_counter()
+        for n in range(int(rate * seconds)):
+            delay = started + n * interval - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(session, url, body, figures)))
+        await asyncio.gather(*tasks)
+        figures.seconds = time.perf_counter() - started
+    return figures
+
+
+def start_servers(workdir: Path) -> tuple[str, str, list[Process]]:
+    redis_url, redis_process = start_redis_server(workdir / "redis")
+    baton_port, bare_port = free_port(), free_port()
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "GITHUB_WEBHOOK_SECRET": SECRET,
+        "PORT": str(baton_port),
+        "BATON_DATA_DIR": str(workdir / "data"),
+    }
+    baton = spawn("baton-web", [sys.executable, "-m", "bot", "web", "--host", "127.0.0.1"], workdir, env)
+    bare = spawn("bare", [sys.executable, "-c", BARE_SERVER, str(bare_port)], workdir, dict(os.environ))
+    for port in (baton_port, bare_port):
+        wait_until(lambda port=port: _healthy(port), f"server on {port} answering")  # type: ignore[misc]
+    return (
+        f"http://127.0.0.1:{baton_port}/webhook",
+        f"http://127.0.0.1:{bare_port}/webhook",
+        [baton, bare, redis_process],
+    )
+
+
+def _healthy(port: int) -> bool:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as response:  # noqa: S310
+        return bool(response.status == 200)
+
+
+def row(name: str, figures: Figures) -> str:
+    return (
+        f"{name:<6} {figures.rate:>9.0f}/s  p50 {figures.percentile(0.5):6.2f} ms  "
+        f"p99 {figures.percentile(0.99):6.2f} ms  failed {figures.failed}"
+    )
+
+
+async def measure(baton_url: str, bare_url: str, levels: list[int], seconds: float) -> None:
+    body = delivery_body()
+    print(f"payload: {PAYLOAD.name} ({len(body)} bytes), {seconds:.0f}s per level\n")
+    print("closed loop (N deliveries in flight):")
+    ratios = []
+    for level in levels:
+        await closed_loop(baton_url, body, level, 0.5)  # warm both servers at this level
+        await closed_loop(bare_url, body, level, 0.5)
+        baton = await closed_loop(baton_url, body, level, seconds)
+        bare = await closed_loop(bare_url, body, level, seconds)
+        ratio = baton.rate / bare.rate
+        ratios.append(ratio)
+        print(f" concurrency {level}:")
+        print(f"  {row('baton', baton)}")
+        print(f"  {row('bare', bare)}")
+        print(f"  ratio baton/bare {ratio:.2f}")
+    print("\nopen loop at 500 deliveries/s:")
+    baton = await open_loop(baton_url, body, 500, seconds)
+    bare = await open_loop(bare_url, body, 500, seconds)
+    print(f"  {row('baton', baton)}")
+    print(f"  {row('bare', bare)}")
+    print(
+        f"\nsummary: worst ratio {min(ratios):.2f} (target >= 0.5), "
+        f"p99 at 500/s {baton.percentile(0.99):.2f} ms (target < 10 ms), "
+        f"median p50 {statistics.median(baton.latencies_ms):.2f} ms"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32, 64])
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="baton-bench-") as tmp:
+        baton_url, bare_url, processes = start_servers(Path(tmp))
+        try:
+            asyncio.run(measure(baton_url, bare_url, args.levels, args.seconds))
+        finally:
+            for process in processes:
+                process.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
