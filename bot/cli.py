@@ -65,6 +65,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     unknown = set(args.queues) - set(QUEUES)
     if unknown:
         raise CommandError(f"unknown queue(s) {sorted(unknown)}; Baton's queues are {QUEUES}")
+    # Import the jobs once here, so each job's forked work horse starts with them loaded.
+    import jobs.run
+    import jobs.settle  # noqa: F401
+
     dispatch = Dispatcher.from_url(settings.redis_url, settings)
     worker = Worker([dispatch.queues[name] for name in args.queues], connection=dispatch.connection)
     worker.work(burst=args.burst, with_scheduler=True, logging_level="INFO")

@@ -22,6 +22,7 @@ from bot.store import Store
 REPO_NAME = "calculator"
 PROJECT = {
     "README.md": "# calculator\n\nA tiny calculator, used to show Baton at work.\n",
+    ".gitignore": "__pycache__/\n",
     "calc.py": (
         '"""A tiny calculator."""\n\n\n'
         "def add(a, b):\n"

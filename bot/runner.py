@@ -79,6 +79,7 @@ class _Attempt:
         self.issue = claim.issue
 
     async def execute(self) -> Run | None:
+        await self.app.learn_bot_login()  # so the web process can tell Baton's own events apart
         gh = await self.app.for_installation(self.issue.installation_id)
         data = await read_issue(gh, self.issue)
         labels = label_names(data)

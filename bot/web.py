@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 
+import orjson
 import redis
 from aiohttp import web
 from gidgethub import ValidationFailure, sansio
@@ -69,8 +69,8 @@ async def receive_webhook(request: web.Request) -> web.Response:
     if not event_name or not delivery_id:
         return _answer(400, "refused", reason="missing X-GitHub-Event or X-GitHub-Delivery")
     try:
-        data = json.loads(body)
-    except ValueError:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
         return _answer(400, "refused", reason="body is not JSON")
     if not isinstance(data, dict):
         return _answer(400, "refused", reason="body is not a JSON object")
@@ -92,13 +92,6 @@ async def receive_webhook(request: web.Request) -> web.Response:
     except redis.RedisError as exc:
         log.error("delivery %s (%s): Redis unavailable: %s", delivery_id, event_name, exc)
         return _answer(503, "retry", reason="state store unavailable")
-    log.info(
-        "delivery %s (%s.%s) queued %s",
-        delivery_id,
-        event_name,
-        data.get("action"),
-        ", ".join(job.job_id for job in ctx.jobs),
-    )
     return _answer(202, "accepted")
 
 

@@ -1,0 +1,56 @@
+"""A scripted coding agent for the end-to-end tests, run by the `command` adapter.
+
+It follows instructions written in the issue body, one per line, so each test
+says in its issue what the agent does:
+
+    agent: write PATH TEXT     write TEXT (\\n for newlines) to PATH
+    agent: commit MESSAGE      commit what is there so far
+    agent: sleep SECONDS
+    agent: exit CODE           stop with that exit code
+    agent: env-dump PATH       write the environment as JSON to PATH (outside the worktree)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PREFIX = "agent: "
+
+
+def main() -> int:
+    brief = Path(os.environ["BATON_BRIEF"]).read_text()
+    print(
+        f"scripted agent on issue {os.environ['BATON_ISSUE']}, attempt {os.environ['BATON_ATTEMPT']}"
+    )
+    for line in brief.splitlines():
+        if not line.startswith(PREFIX):
+            continue
+        verb, _, rest = line.removeprefix(PREFIX).partition(" ")
+        if verb == "write":
+            path, _, text = rest.partition(" ")
+            target = Path(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text.replace("\\n", "\n"))
+            print(f"wrote {path}")
+        elif verb == "commit":
+            git = ["git", "-c", "user.name=Agent", "-c", "user.email=agent@example.invalid"]
+            subprocess.run([*git, "add", "-A"], check=True)
+            subprocess.run([*git, "commit", "-q", "-m", rest], check=True)
+        elif verb == "sleep":
+            time.sleep(float(rest))
+        elif verb == "exit":
+            print(f"exiting {rest}", file=sys.stderr)
+            return int(rest)
+        elif verb == "env-dump":
+            Path(rest).write_text(json.dumps(dict(os.environ)))
+    print("Done: followed the issue's instructions.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""The baton command: clear one-line errors for bad settings and an unreachable Redis."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bot.devstack import free_port
+
+
+def baton(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "BATON_", "REDIS_"))
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "bot", *args],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_web_without_a_webhook_secret_names_the_variable(redis_url: str) -> None:
+    result = baton("web", REDIS_URL=redis_url)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "baton web: GITHUB_WEBHOOK_SECRET must be set: Baton refuses unsigned webhooks "
+        "(set BATON_DEMO=1 only for a local demo)"
+    ]
+
+
+def test_unreachable_redis_is_one_line() -> None:
+    port = free_port()
+    result = baton("status", REDIS_URL=f"redis://127.0.0.1:{port}/0")
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("baton status: Redis is unreachable: ") and str(port) in line
+    assert "Traceback" not in result.stderr
+
+
+def test_worker_without_app_credentials_names_them(redis_url: str) -> None:
+    result = baton("worker", "--burst", REDIS_URL=redis_url)
+    assert (result.returncode, result.stderr.strip()) == (
+        2,
+        "baton worker: GITHUB_APP_ID must be set",
+    )
+    result = baton(
+        "worker",
+        "--burst",
+        REDIS_URL=redis_url,
+        GITHUB_APP_ID="1",
+        GITHUB_PRIVATE_KEY_PATH="/nonexistent/key.pem",
+    )
+    assert result.returncode == 2
+    assert "GITHUB_PRIVATE_KEY_PATH=/nonexistent/key.pem cannot be read" in result.stderr
+
+
+def test_worker_refuses_an_agent_it_cannot_run(redis_url: str, tmp_path: Path) -> None:
+    key = tmp_path / "key.pem"
+    key.write_text("not really a key")
+    result = baton(
+        "worker",
+        "--burst",
+        REDIS_URL=redis_url,
+        GITHUB_APP_ID="1",
+        GITHUB_PRIVATE_KEY_PATH=str(key),
+    )
+    assert result.returncode == 2
+    assert "BATON_AGENT_COMMAND must be set" in result.stderr
+
+
+@pytest.mark.parametrize(("name", "value"), [("PORT", "eighty"), ("BATON_AGENT", "gpt")])
+def test_malformed_settings_name_the_variable(redis_url: str, name: str, value: str) -> None:
+    result = baton("status", REDIS_URL=redis_url, **{name: value})
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"baton status: invalid settings: {name}:")
+
+
+def test_status_lists_queues_and_says_when_there_are_no_runs(redis_url: str) -> None:
+    result = baton("status", REDIS_URL=redis_url)
+    assert result.returncode == 0, result.stderr
+    assert "queues: baton-events 0, baton-maintenance 0, baton-agents 0" in result.stdout
+    assert "no runs yet" in result.stdout
