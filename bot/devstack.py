@@ -106,9 +106,11 @@ def redis_answers(url: str) -> bool:
         return False
 
 
-def start_redis_server(workdir: Path, appendonly: bool = False) -> tuple[str, Process]:
+def start_redis_server(
+    workdir: Path, appendonly: bool = False, binary: str | None = None
+) -> tuple[str, Process]:
     """Start a private redis-server on a free port, its files in workdir."""
-    binary = shutil.which("redis-server")
+    binary = binary or shutil.which("redis-server")
     if binary is None:
         raise StackError("redis-server is not installed (apt-get install redis-server)")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -138,7 +140,8 @@ def read_env_file(path: Path) -> dict[str, str]:
     return {key.strip(): value.strip() for key, value in pairs}
 
 
-def _http_ok(url: str) -> bool:
+def http_ok(url: str) -> bool:
+    """Return whether GET url answers 200."""
     try:
         with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - loopback URL we built
             return bool(response.status == 200)
@@ -230,7 +233,7 @@ class LocalBaton:
     def start_web(self) -> None:
         """Start `baton web` and wait for its health check."""
         self._spawn_baton("web", "web", "--host", "127.0.0.1")
-        wait_until(lambda: _http_ok(f"{self.web_url}/healthz"), "baton web answering /healthz")
+        wait_until(lambda: http_ok(f"{self.web_url}/healthz"), "baton web answering /healthz")
 
     def start_worker(
         self, name: str, queues: tuple[str, ...] = (EVENTS, MAINTENANCE, AGENTS)
@@ -248,6 +251,15 @@ class LocalBaton:
                 f"{name} exited at once; see {process.log_path}:\n{process.log_tail()}"
             )
         return process
+
+    def check_alive(self) -> None:
+        """Raise StackError naming any process of the stack that has exited."""
+        for process in self.processes.values():
+            if not process.alive():
+                raise StackError(
+                    f"{process.name} exited ({process.popen.returncode}); "
+                    f"see {process.log_path}:\n{process.log_tail()}"
+                )
 
     def stop(self) -> None:
         """Stop every process this stack started."""

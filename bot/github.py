@@ -89,6 +89,11 @@ class GitHubApp:
         self._store = store
         self._session = session
 
+    @property
+    def identity(self) -> str:
+        """Return which App on which GitHub this is, e.g. `1234@https://api.github.com`."""
+        return f"{self._settings.app_id}@{self._settings.github_api_url.rstrip('/')}"
+
     def _client(self, **auth: Any) -> GitHubClient:
         return GitHubClient(
             self._session, USER_AGENT, base_url=self._settings.github_api_url.rstrip("/"), **auth
@@ -100,7 +105,7 @@ class GitHubApp:
 
     async def installation_token(self, installation_id: int) -> str:
         """Return a valid installation token, minting one when the cached one nears expiry."""
-        cached = self._store.installation_token(installation_id)
+        cached = self._store.installation_token(self.identity, installation_id)
         if cached is not None:
             return cached
         data = await apps.get_installation_access_token(
@@ -112,7 +117,7 @@ class GitHubApp:
         token = str(data["token"])
         expires_at = datetime.fromisoformat(str(data["expires_at"]).replace("Z", "+00:00"))
         ttl = int((expires_at - utcnow()).total_seconds()) - TOKEN_SAFETY_MARGIN_S
-        self._store.cache_installation_token(installation_id, token, ttl)
+        self._store.cache_installation_token(self.identity, installation_id, token, ttl)
         return token
 
     async def for_installation(self, installation_id: int) -> GitHubClient:

@@ -118,15 +118,22 @@ class Store:
         """Remember the App's bot login so the web process can ignore its own events."""
         self.redis.set(f"{_PREFIX}:app:bot-login", login)
 
-    def installation_token(self, installation_id: int) -> str | None:
-        """Return a cached installation token that is still comfortably valid."""
-        value = self.redis.get(f"{_PREFIX}:installation:{installation_id}:token")
+    def installation_token(self, app: str, installation_id: int) -> str | None:
+        """Return a cached token of the app's installation that is still comfortably valid.
+
+        app names the App and the GitHub it lives on: installation ids are only
+        unique within one.
+        """
+        value = self.redis.get(f"{_PREFIX}:app:{app}:installation:{installation_id}:token")
         return str(value) if value is not None else None
 
-    def cache_installation_token(self, installation_id: int, token: str, ttl_s: int) -> None:
+    def cache_installation_token(
+        self, app: str, installation_id: int, token: str, ttl_s: int
+    ) -> None:
         """Cache an installation token for ttl_s seconds (shorter than its life)."""
         if ttl_s > 0:
-            self.redis.set(f"{_PREFIX}:installation:{installation_id}:token", token, ex=ttl_s)
+            key = f"{_PREFIX}:app:{app}:installation:{installation_id}:token"
+            self.redis.set(key, token, ex=ttl_s)
 
     # Claims --------------------------------------------------------------
 

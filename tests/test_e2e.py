@@ -1,4 +1,4 @@
-"""The whole loop through real processes: sandbox GitHub, signed webhooks, web, workers, Redis, git."""
+"""The whole loop through real processes: the sandbox GitHub, signed webhooks, web, workers."""
 
 from __future__ import annotations
 
@@ -195,7 +195,8 @@ async def test_the_agent_holds_no_credential(
     }
     assert not [name for name, value in env.items() if any(s in value for s in secrets)]
     assert not {"GITHUB_PRIVATE_KEY_PATH", "GITHUB_WEBHOOK_SECRET", "REDIS_URL"} & set(env)
-    token = store.installation_token(1)
+    identity = f"{stack.sandbox_env['GITHUB_APP_ID']}@{stack.sandbox_url}"
+    token = store.installation_token(identity, 1)
     assert token is not None and not [v for v in env.values() if token in v]
 
 

@@ -1,4 +1,4 @@
-"""GitHub App access against the sandbox: tokens minted once, retries on 5xx and secondary limits."""
+"""GitHub App access on the sandbox: tokens minted once, retries on 5xx and secondary limits."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ async def test_installation_token_is_minted_once_and_reused(
         if "access_tokens" in call
     ]
     assert minted == [1]
-    assert store.installation_token(1) == first
+    assert store.installation_token(app.identity, 1) == first
 
 
 async def test_bot_login_is_learnt_from_the_app(app: GitHubApp, store: Store) -> None:

@@ -160,7 +160,7 @@ async def test_ghes_payload_with_installation_enqueues(
     data["label"]["name"] = "baton:queue"
     status, _ = await post(client, "issues", data)
     assert status == 202
-    [(func, args)] = queued(dispatch, AGENTS)
+    [(_, args)] = queued(dispatch, AGENTS)
     assert args == (
         data["installation"]["id"],
         data["repository"]["full_name"],

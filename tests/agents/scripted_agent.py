@@ -24,9 +24,8 @@ PREFIX = "agent: "
 
 def main() -> int:
     brief = Path(os.environ["BATON_BRIEF"]).read_text()
-    print(
-        f"scripted agent on issue {os.environ['BATON_ISSUE']}, attempt {os.environ['BATON_ATTEMPT']}"
-    )
+    issue, attempt = os.environ["BATON_ISSUE"], os.environ["BATON_ATTEMPT"]
+    print(f"scripted agent on issue {issue}, attempt {attempt}")
     for line in brief.splitlines():
         if not line.startswith(PREFIX):
             continue

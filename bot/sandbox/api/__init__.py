@@ -1,0 +1,11 @@
+"""The REST API, one module per family of GitHub operations."""
+
+from aiohttp import web
+
+from bot.sandbox.api import admin, apps, checks, issues, pulls, repos
+
+
+def add_routes(app: web.Application) -> None:
+    """Register every REST and admin route."""
+    for module in (apps, repos, issues, pulls, checks, admin):
+        app.router.add_routes(module.routes)

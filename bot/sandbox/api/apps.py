@@ -1,0 +1,202 @@
+"""The App's own endpoints (JWT), installation tokens, account repositories, rate limit."""
+
+from __future__ import annotations
+
+from aiohttp import web
+from pydantic import BaseModel, Field
+
+from bot.sandbox.auth import APP_ID, Actor
+from bot.sandbox.hub import Hub, actor_of, hub_of
+from bot.sandbox.render import APP_PERMISSIONS
+from bot.sandbox.rest import (
+    ApiError,
+    Json,
+    bad_credentials,
+    forbidden_integration,
+    int_param,
+    json_response,
+    not_found,
+    paginate,
+    read_body,
+)
+from bot.sandbox.state import Label, Repo, utc_now
+
+routes = web.RouteTableDef()
+
+# GitHub's default labels for a new repository.
+DEFAULT_LABELS = [
+    ("bug", "d73a4a", "Something isn't working"),
+    ("documentation", "0075ca", "Improvements or additions to documentation"),
+    ("duplicate", "cfd3d7", "This issue or pull request already exists"),
+    ("enhancement", "a2eeef", "New feature or request"),
+    ("good first issue", "7057ff", "Good for newcomers"),
+    ("help wanted", "008672", "Extra attention is needed"),
+    ("invalid", "e4e669", "This doesn't seem right"),
+    ("question", "d876e3", "Further information is requested"),
+    ("wontfix", "ffffff", "This will not be worked on"),
+]
+_REPO_NAME = r"[A-Za-z0-9_.-]+"
+
+
+def require_app(request: web.Request) -> Hub:
+    """Insist on an App JWT, as GitHub's /app endpoints do."""
+    actor = actor_of(request)
+    if actor is None or actor.kind != "app":
+        raise ApiError(401, "A JSON web token could not be decoded")
+    return hub_of(request)
+
+
+@routes.get("/app")
+async def get_app(request: web.Request) -> web.Response:
+    """Describe the authenticated App."""
+    hub = require_app(request)
+    return json_response(hub.render.app(APP_ID, installations_count=len(hub.state.installations)))
+
+
+@routes.get("/app/installations")
+async def list_installations(request: web.Request) -> web.Response:
+    """List the App's installations."""
+    hub = require_app(request)
+    page, headers = paginate(request, hub.public_url, hub.state.installations)
+    return json_response([hub.render.installation(i) for i in page], headers=headers)
+
+
+@routes.get("/app/installations/{installation_id}")
+async def get_installation(request: web.Request) -> web.Response:
+    """Describe one installation."""
+    hub = require_app(request)
+    wanted = int_param(request, "installation_id")
+    inst = next((i for i in hub.state.installations if i.id == wanted), None)
+    if inst is None:
+        raise not_found()
+    return json_response(hub.render.installation(inst))
+
+
+class AccessTokenBody(BaseModel):
+    """Body of POST /app/installations/{id}/access_tokens."""
+
+    repositories: list[str] | None = None
+    repository_ids: list[int] | None = None
+    permissions: dict[str, str] | None = None
+
+
+@routes.post("/app/installations/{installation_id}/access_tokens")
+async def create_access_token(request: web.Request) -> web.Response:
+    """Mint an installation access token, optionally limited to some repositories."""
+    hub = require_app(request)
+    wanted = int_param(request, "installation_id")
+    inst = next((i for i in hub.state.installations if i.id == wanted), None)
+    if inst is None:
+        raise not_found()
+    body = await read_body(request, AccessTokenBody, "InstallationAccessToken")
+    owned = [r for r in hub.state.repos if r.owner == inst.account]
+    selected: list[Repo] | None = None
+    if body.repositories is not None or body.repository_ids is not None:
+        names = {n.casefold() for n in body.repositories or []}
+        ids = set(body.repository_ids or [])
+        selected = [r for r in owned if r.name.casefold() in names or r.id in ids]
+        if names - {r.name.casefold() for r in owned} or ids - {r.id for r in owned}:
+            raise ApiError(
+                422,
+                "There is at least one repository that does not exist or is not accessible "
+                "to the parent installation.",
+            )
+    token = hub.auth.mint(inst.id, [r.id for r in selected] if selected is not None else None)
+    data: Json = {
+        "token": token.token,
+        "expires_at": token.expires_at,
+        "permissions": body.permissions or APP_PERMISSIONS,
+        "repository_selection": "all" if selected is None else "selected",
+    }
+    if selected is not None:
+        data["repositories"] = [hub.render.repo(r, webhook=True) for r in selected]
+    return json_response(data, status=201)
+
+
+@routes.get("/repos/{owner}/{repo}/installation")
+async def get_repo_installation(request: web.Request) -> web.Response:
+    """Find the App's installation covering a repository."""
+    hub = require_app(request)
+    repo = hub.repo(request.match_info["owner"], request.match_info["repo"])
+    inst = hub.installation(repo.owner) if repo else None
+    if inst is None:
+        raise not_found()
+    return json_response(hub.render.installation(inst))
+
+
+@routes.get("/rate_limit")
+async def rate_limit(request: web.Request) -> web.Response:
+    """Report the caller's rate limit (generous and never enforced)."""
+    hub = hub_of(request)
+    actor = actor_of(request)
+    core = hub.calls.rate(actor.kind if actor else "anonymous")
+    other = {"limit": 5000, "remaining": 5000, "reset": core["reset"], "used": 0}
+    return json_response(
+        {"resources": {"core": core, "search": other, "graphql": other}, "rate": core}
+    )
+
+
+class CreateRepoBody(BaseModel):
+    """Body of POST /user/repos."""
+
+    name: str = Field(pattern=_REPO_NAME)
+    description: str | None = None
+    private: bool = False
+    auto_init: bool = False
+    delete_branch_on_merge: bool = False
+
+
+@routes.post("/user/repos")
+async def create_repo(request: web.Request) -> web.Response:
+    """Create a repository for the authenticated user, installing the App on the account."""
+    hub = hub_of(request)
+    actor = _user_actor(request)
+    assert actor.login is not None
+    body = await read_body(request, CreateRepoBody, "Repository")
+    if hub.repo(actor.login, body.name) is not None:
+        raise ApiError(
+            422,
+            "Repository creation failed.",
+            [
+                {
+                    "resource": "Repository",
+                    "code": "custom",
+                    "field": "name",
+                    "message": "name already exists on this account",
+                }
+            ],
+        )
+    now = utc_now()
+    repo = Repo(
+        id=hub.state.next_id(),
+        owner=actor.login,
+        name=body.name,
+        description=body.description,
+        private=body.private,
+        delete_branch_on_merge=body.delete_branch_on_merge,
+        created_at=now,
+        updated_at=now,
+        pushed_at=now,
+        labels=[
+            Label(id=hub.state.next_id(), name=n, color=c, description=d, default=True)
+            for n, c, d in DEFAULT_LABELS
+        ],
+    )
+    hub.user(actor.login)
+    git = hub.git(repo)
+    await git.init(repo.default_branch)
+    if body.auto_init:
+        readme = f"# {repo.name}\n" + (f"\n{repo.description}\n" if repo.description else "")
+        await git.initial_commit(repo.default_branch, readme, hub.identity(actor.login))
+    hub.state.repos.append(repo)
+    hub.ensure_installation(repo.owner)
+    return json_response(hub.render.repo(repo), status=201)
+
+
+def _user_actor(request: web.Request) -> Actor:
+    actor = actor_of(request)
+    if actor is None:
+        raise bad_credentials()
+    if actor.kind != "admin":
+        raise forbidden_integration()
+    return actor

@@ -1,0 +1,350 @@
+"""Pull request endpoints: pulls, files, merges, reviews and review comments."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from aiohttp import web
+from pydantic import BaseModel, Field
+
+from bot.sandbox import events, pulls, refs
+from bot.sandbox.hub import Hub, hub_of, login_of, repo_of
+from bot.sandbox.rest import (
+    custom_invalid,
+    diff_response,
+    int_param,
+    invalid,
+    json_response,
+    not_found,
+    paginate,
+    read_body,
+    wants_diff,
+)
+from bot.sandbox.state import Issue, Pull, Repo, Review, ReviewComment, utc_now
+
+routes = web.RouteTableDef()
+
+PULL = "/repos/{owner}/{repo}/pulls/{pull_number:\\d+}"
+REVIEW_STATES = {
+    "APPROVE": "APPROVED",
+    "REQUEST_CHANGES": "CHANGES_REQUESTED",
+    "COMMENT": "COMMENTED",
+}
+
+
+class CreatePullBody(BaseModel):
+    """Body of POST /repos/{owner}/{repo}/pulls."""
+
+    title: str | None = None
+    head: str
+    base: str
+    body: str | None = None
+    draft: bool = False
+    maintainer_can_modify: bool = False
+
+
+class UpdatePullBody(BaseModel):
+    """Body of PATCH /repos/{owner}/{repo}/pulls/{pull_number}."""
+
+    title: str | None = None
+    body: str | None = None
+    state: Literal["open", "closed"] | None = None
+    base: str | None = None
+    maintainer_can_modify: bool | None = None
+
+
+class MergeBody(BaseModel):
+    """Body of PUT .../pulls/{pull_number}/merge."""
+
+    commit_title: str | None = None
+    commit_message: str | None = None
+    sha: str | None = None
+    merge_method: Literal["merge", "squash", "rebase"] = "merge"
+
+
+class DraftReviewComment(BaseModel):
+    """A line comment submitted with a review."""
+
+    path: str
+    body: str
+    line: int
+    side: Literal["LEFT", "RIGHT"] = "RIGHT"
+
+
+class CreateReviewBody(BaseModel):
+    """Body of POST .../pulls/{pull_number}/reviews."""
+
+    commit_id: str | None = None
+    body: str = ""
+    event: Literal["APPROVE", "REQUEST_CHANGES", "COMMENT"] | None = None
+    comments: list[DraftReviewComment] = Field(default_factory=list)
+
+
+def pull_of(request: web.Request, repo: Repo) -> Issue:
+    """Return the pull request named in the path, or answer 404."""
+    issue = repo.issues.get(int_param(request, "pull_number"))
+    if issue is None or issue.pull is None:
+        raise not_found()
+    return issue
+
+
+async def full_pull(hub: Hub, repo: Repo, issue: Issue, status: int = 200) -> web.Response:
+    """Answer with a full pull request."""
+    facts = await pulls.facts(hub, repo, issue)
+    return json_response(hub.render.pull(repo, issue, facts), status=status)
+
+
+@routes.get("/repos/{owner}/{repo}/pulls")
+async def list_pulls(request: web.Request) -> web.Response:
+    """List pull requests, filtered by state, head (`owner:branch`) and base."""
+    hub = hub_of(request)
+    repo = repo_of(request)
+    query = request.query
+    state = query.get("state", "open")
+    head = refs.own_ref(repo, query["head"]) if "head" in query else None
+    found = [
+        issue
+        for issue in repo.issues.values()
+        if issue.pull is not None
+        and (state == "all" or issue.state == state)
+        and ("head" not in query or issue.pull.head_ref == head)
+        and query.get("base", issue.pull.base_ref) == issue.pull.base_ref
+    ]
+    sort = query.get("sort", "created")
+    key = (lambda i: i.updated_at) if sort == "updated" else (lambda i: i.created_at)
+    descending = query.get("direction", "desc" if sort == "created" else "asc") == "desc"
+    found.sort(key=key, reverse=descending)
+    page, headers = paginate(request, hub.public_url, found)
+    tips = await hub.git(repo).branches()
+    return json_response(
+        [hub.render.pull_simple(repo, i, pulls.base_sha(i, tips)) for i in page], headers=headers
+    )
+
+
+@routes.post("/repos/{owner}/{repo}/pulls")
+async def create_pull(request: web.Request) -> web.Response:
+    """Open a pull request from a branch of the same repository."""
+    hub = hub_of(request)
+    repo = repo_of(request, write=True)
+    body = await read_body(request, CreatePullBody, "PullRequest")
+    sender = login_of(request)
+    head = refs.own_ref(repo, body.head)
+    if head is None:
+        raise invalid("PullRequest", "head")
+    async with hub.lock(repo):
+        git = hub.git(repo)
+        base_sha = await git.branch_tip(body.base)
+        head_sha = await git.branch_tip(head)
+        if base_sha is None:
+            raise invalid("PullRequest", "base")
+        if head_sha is None:
+            raise invalid("PullRequest", "head")
+        if any(
+            i.pull and i.pull.head_ref == head and i.pull.base_ref == body.base
+            for i in pulls.open_pulls(repo)
+        ):
+            raise custom_invalid(
+                "PullRequest", f"A pull request already exists for {repo.owner}:{head}."
+            )
+        if await git.merge_base(head_sha, base_sha) is None:
+            message = f"The {head} branch has no history in common with {body.base}"
+            raise custom_invalid("PullRequest", message)
+        if await git.count(head_sha, base_sha) == 0:
+            raise custom_invalid("PullRequest", f"No commits between {body.base} and {head}")
+        if not body.title:
+            raise invalid("PullRequest", "title", "missing_field")
+        now = utc_now()
+        issue = Issue(
+            id=hub.state.next_id(),
+            number=repo.next_number(),
+            title=body.title,
+            body=body.body,
+            user=sender,
+            created_at=now,
+            updated_at=now,
+            pull=Pull(
+                head_ref=head,
+                head_sha=head_sha,
+                base_ref=body.base,
+                base_sha=base_sha,
+                draft=body.draft,
+                maintainer_can_modify=body.maintainer_can_modify,
+            ),
+        )
+        repo.issues[issue.number] = issue
+        events.touch(repo, issue)
+        await events.announce(hub, repo, issue, "opened", sender)
+    return await full_pull(hub, repo, issue, status=201)
+
+
+@routes.get(PULL)
+async def get_pull(request: web.Request) -> web.Response:
+    """Return one pull request (or its diff, for the diff media type)."""
+    hub = hub_of(request)
+    repo = repo_of(request)
+    issue = pull_of(request, repo)
+    if wants_diff(request):
+        fork_point, head = await pulls.diff_range(hub, repo, issue)
+        return diff_response(await hub.git(repo).diff_text(fork_point, head))
+    return await full_pull(hub, repo, issue)
+
+
+@routes.patch(PULL)
+async def update_pull(request: web.Request) -> web.Response:
+    """Edit a pull request: title, body, state, base."""
+    hub = hub_of(request)
+    repo = repo_of(request, write=True)
+    issue = pull_of(request, repo)
+    pull = issue.pull
+    assert pull is not None
+    body = await read_body(request, UpdatePullBody, "PullRequest")
+    sender = login_of(request)
+    git = hub.git(repo)
+    if body.base is not None and await git.branch_tip(body.base) is None:
+        raise invalid("PullRequest", "base")
+    if body.state == "open" and issue.state == "closed":
+        if pull.merged_at:
+            raise custom_invalid(
+                "PullRequest", "state cannot be changed. The pull request has been merged."
+            )
+        tip = await git.branch_tip(pull.head_ref)
+        if tip is None:
+            raise custom_invalid(
+                "PullRequest", "state cannot be changed. The head branch was deleted."
+            )
+        pull.head_sha = tip
+    if body.maintainer_can_modify is not None:
+        pull.maintainer_can_modify = body.maintainer_can_modify
+    new_body = (body.body or "") if "body" in body.model_fields_set else None
+    await events.edit(hub, repo, issue, sender, body.title, new_body)
+    if body.base is not None:
+        await events.change_base(hub, repo, issue, body.base, sender)
+    if body.state is not None:
+        await events.set_state(hub, repo, issue, body.state, None, sender)
+    return await full_pull(hub, repo, issue)
+
+
+@routes.get(PULL + "/files")
+async def list_files(request: web.Request) -> web.Response:
+    """List the files a pull request changes (diff from the merge base to the head)."""
+    hub = hub_of(request)
+    repo = repo_of(request)
+    issue = pull_of(request, repo)
+    fork_point, head = await pulls.diff_range(hub, repo, issue)
+    page, headers = paginate(request, hub.public_url, await hub.git(repo).diff(fork_point, head))
+    return json_response([hub.render.diff_entry(repo, head, c) for c in page], headers=headers)
+
+
+@routes.put(PULL + "/merge")
+async def merge_pull(request: web.Request) -> web.Response:
+    """Merge a pull request (merge commit or squash)."""
+    hub = hub_of(request)
+    repo = repo_of(request, write=True)
+    issue = pull_of(request, repo)
+    body = await read_body(request, MergeBody, "PullRequest")
+    sha = await refs.merge(
+        hub,
+        repo,
+        issue,
+        body.merge_method,
+        body.sha,
+        body.commit_title,
+        body.commit_message,
+        login_of(request),
+    )
+    return json_response(
+        {"sha": sha, "merged": True, "message": "Pull Request successfully merged"}
+    )
+
+
+@routes.get(PULL + "/reviews")
+async def list_reviews(request: web.Request) -> web.Response:
+    """List a pull request's reviews, oldest first."""
+    hub = hub_of(request)
+    repo = repo_of(request)
+    issue = pull_of(request, repo)
+    assert issue.pull is not None
+    page, headers = paginate(request, hub.public_url, issue.pull.reviews)
+    return json_response([hub.render.review(repo, issue, r) for r in page], headers=headers)
+
+
+@routes.post(PULL + "/reviews")
+async def create_review(request: web.Request) -> web.Response:
+    """Submit a review (APPROVE, REQUEST_CHANGES, COMMENT) with optional line comments."""
+    hub = hub_of(request)
+    repo = repo_of(request, write=True)
+    issue = pull_of(request, repo)
+    pull = issue.pull
+    assert pull is not None
+    body = await read_body(request, CreateReviewBody, "PullRequestReview")
+    user = login_of(request)
+    if body.event in ("APPROVE", "REQUEST_CHANGES") and user == issue.user:
+        verb = "approve" if body.event == "APPROVE" else "request changes on"
+        raise custom_invalid("PullRequestReview", f"Can not {verb} your own pull request")
+    if body.event in ("REQUEST_CHANGES", "COMMENT") and not body.body and not body.comments:
+        raise invalid("PullRequestReview", "body", "missing_field")
+    now = utc_now()
+    review = Review(
+        id=hub.state.next_id(),
+        user=user,
+        body=body.body,
+        state=REVIEW_STATES[body.event] if body.event else "PENDING",
+        commit_id=body.commit_id or pull.head_sha,
+        submitted_at=now if body.event else None,
+    )
+    comments = await _line_comments(hub, repo, issue, review, body.comments)
+    pull.reviews.append(review)
+    pull.review_comments.extend(comments)
+    events.touch(repo, issue)
+    if body.event:
+        tips = await hub.git(repo).branches()
+        payload = {
+            "review": hub.render.review(repo, issue, review, webhook=True),
+            "pull_request": hub.render.pull_simple(repo, issue, pulls.base_sha(issue, tips)),
+        }
+        hub.emit(repo, "pull_request_review", user, payload, "submitted")
+    return json_response(hub.render.review(repo, issue, review))
+
+
+async def _line_comments(
+    hub: Hub, repo: Repo, issue: Issue, review: Review, drafts: list[DraftReviewComment]
+) -> list[ReviewComment]:
+    """Anchor review comments to the diff, refusing lines the diff does not show."""
+    if not drafts:
+        return []
+    fork_point, head = await pulls.diff_range(hub, repo, issue)
+    changes = {c.filename: c for c in await hub.git(repo).diff(fork_point, head)}
+    comments = []
+    for index, draft in enumerate(drafts):
+        change = changes.get(draft.path)
+        if change is None or change.patch is None:
+            raise invalid("PullRequestReviewComment", "path", index=index)
+        hunk = pulls.diff_hunk(change.patch, draft.line, draft.side)
+        if hunk is None:
+            raise invalid("PullRequestReviewComment", "line", index=index)
+        comments.append(
+            ReviewComment(
+                id=hub.state.next_id(),
+                review_id=review.id,
+                user=review.user,
+                path=draft.path,
+                line=draft.line,
+                side=draft.side,
+                body=draft.body,
+                commit_id=review.commit_id,
+                diff_hunk=hunk,
+                created_at=review.submitted_at or utc_now(),
+            )
+        )
+    return comments
+
+
+@routes.get(PULL + "/comments")
+async def list_review_comments(request: web.Request) -> web.Response:
+    """List the review comments on a pull request's diff."""
+    hub = hub_of(request)
+    repo = repo_of(request)
+    issue = pull_of(request, repo)
+    assert issue.pull is not None
+    page, headers = paginate(request, hub.public_url, issue.pull.review_comments)
+    return json_response([hub.render.review_comment(repo, issue, c) for c in page], headers=headers)

@@ -1,0 +1,221 @@
+"""Repository endpoints: repository, branches, refs, compare, contents, permissions, labels."""
+
+from __future__ import annotations
+
+import re
+
+from aiohttp import web
+from pydantic import BaseModel, Field
+
+from bot.sandbox import refs
+from bot.sandbox.auth import ADMIN_LOGIN
+from bot.sandbox.events import ensure_label
+from bot.sandbox.hub import hub_of, login_of, repo_of
+from bot.sandbox.rest import (
+    ApiError,
+    diff_response,
+    invalid,
+    json_response,
+    not_found,
+    paginate,
+    read_body,
+    wants_diff,
+)
+from bot.sandbox.state import Repo
+
+routes = web.RouteTableDef()
+
+COMPARE_COMMITS = 250
+_ROLE_TO_PERMISSION = {
+    "admin": "admin",
+    "maintain": "write",
+    "write": "write",
+    "triage": "read",
+    "read": "read",
+}
+_ROLE_RANK = ["read", "triage", "write", "maintain", "admin"]
+
+
+@routes.get("/repos/{owner}/{repo}")
+async def get_repo(request: web.Request) -> web.Response:
+    """Describe a repository."""
+    return json_response(hub_of(request).render.repo(repo_of(request)))
+
+
+@routes.get("/repos/{owner}/{repo}/branches/{branch:.+}")
+async def get_branch(request: web.Request) -> web.Response:
+    """Describe a branch and its tip commit."""
+    hub = hub_of(request)
+    repo = repo_of(request)
+    name = request.match_info["branch"]
+    git = hub.git(repo)
+    tip = await git.branch_tip(name)
+    if tip is None:
+        raise ApiError(404, "Branch not found")
+    api = f"{hub.render.repo_api(repo)}/branches/{name}"
+    return json_response(
+        {
+            "name": name,
+            "commit": hub.render.commit(repo, await git.commit(tip)),
+            "_links": {"self": api, "html": f"{hub.render.repo_html(repo)}/tree/{name}"},
+            "protected": False,
+            "protection": {
+                "enabled": False,
+                "required_status_checks": {
+                    "enforcement_level": "off",
+                    "contexts": [],
+                    "checks": [],
+                },
+            },
+            "protection_url": f"{api}/protection",
+        }
+    )
+
+
+@routes.delete("/repos/{owner}/{repo}/git/refs/{ref:.+}")
+async def delete_ref(request: web.Request) -> web.Response:
+    """Delete a branch (`heads/<name>`), with the push webhook GitHub sends for it."""
+    hub = hub_of(request)
+    repo = repo_of(request, write=True)
+    ref = request.match_info["ref"]
+    branch = ref.removeprefix("heads/") if ref.startswith("heads/") else None
+    if branch is None or not await refs.delete_branch(hub, repo, branch, login_of(request)):
+        raise ApiError(422, "Reference does not exist")
+    return web.Response(status=204)
+
+
+@routes.get("/repos/{owner}/{repo}/compare/{basehead:.+}")
+async def compare(request: web.Request) -> web.StreamResponse:
+    """Compare two commits (`base...head`) as GitHub does: from their merge base."""
+    hub = hub_of(request)
+    repo = repo_of(request)
+    git = hub.git(repo)
+    parts = re.split(r"\.\.\.?", request.match_info["basehead"], maxsplit=1)
+    if len(parts) != 2:
+        raise not_found()
+    names = [refs.own_ref(repo, p) for p in parts]
+    base, head = [await git.resolve(n) if n else None for n in names]
+    if base is None or head is None:
+        raise not_found()
+    merge_base = await git.merge_base(base, head)
+    if merge_base is None:
+        raise not_found()
+    if wants_diff(request):
+        return diff_response(await git.diff_text(merge_base, head))
+    ahead, behind = await git.count(head, base), await git.count(base, head)
+    status = (
+        "identical"
+        if not (ahead or behind)
+        else "ahead"
+        if not behind
+        else "behind"
+        if not ahead
+        else "diverged"
+    )
+    api = hub.render.repo_api(repo)
+    html = hub.render.repo_html(repo)
+    basehead = f"{base[:12]}...{head[:12]}"
+    commits = await git.log(head, [base], COMPARE_COMMITS)
+    return json_response(
+        {
+            "url": f"{api}/compare/{basehead}",
+            "html_url": f"{html}/compare/{basehead}",
+            "permalink_url": f"{html}/compare/{repo.owner}:{base}...{repo.owner}:{head}",
+            "diff_url": f"{html}/compare/{basehead}.diff",
+            "patch_url": f"{html}/compare/{basehead}.patch",
+            "base_commit": hub.render.commit(repo, await git.commit(base)),
+            "merge_base_commit": hub.render.commit(repo, await git.commit(merge_base)),
+            "status": status,
+            "ahead_by": ahead,
+            "behind_by": behind,
+            "total_commits": ahead,
+            "commits": [hub.render.commit(repo, c) for c in commits],
+            "files": [
+                hub.render.diff_entry(repo, head, c) for c in await git.diff(merge_base, head)
+            ],
+        }
+    )
+
+
+@routes.get("/repos/{owner}/{repo}/contents")
+@routes.get("/repos/{owner}/{repo}/contents/{path:.+}")
+async def get_contents(request: web.Request) -> web.Response:
+    """Return a file (base64) or a directory listing at a ref (default branch by default)."""
+    hub = hub_of(request)
+    repo = repo_of(request)
+    git = hub.git(repo)
+    ref = request.query.get("ref") or repo.default_branch
+    sha = await git.resolve(ref)
+    path = request.match_info.get("path", "").strip("/")
+    entry = await git.entry(sha, path) if sha else None
+    if sha is None or entry is None:
+        raise not_found()
+    if entry.type == "tree":
+        listing = await git.list_dir(sha, path)
+        return json_response(
+            [hub.render.content(repo, ref, e) for e in listing if e.type in ("blob", "tree")]
+        )
+    if entry.type != "blob":
+        raise not_found()
+    return json_response(hub.render.content(repo, ref, entry, await git.blob(entry.sha)))
+
+
+@routes.get("/repos/{owner}/{repo}/collaborators/{username}/permission")
+async def collaborator_permission(request: web.Request) -> web.Response:
+    """Report a user's permission on a repository."""
+    hub = hub_of(request)
+    repo = repo_of(request)
+    login = request.match_info["username"]
+    role = role_of(repo, login)
+    user = hub.render.user(login)
+    rank = _ROLE_RANK.index(role)
+    user["permissions"] = {
+        name: rank >= _ROLE_RANK.index(level)
+        for name, level in (
+            ("pull", "read"),
+            ("triage", "triage"),
+            ("push", "write"),
+            ("maintain", "maintain"),
+            ("admin", "admin"),
+        )
+    }
+    user["role_name"] = role
+    return json_response({"permission": _ROLE_TO_PERMISSION[role], "role_name": role, "user": user})
+
+
+def role_of(repo: Repo, login: str) -> str:
+    """Return a user's role on a repository: the owner and the admin are admins."""
+    if login in (repo.owner, ADMIN_LOGIN):
+        return "admin"
+    return repo.collaborators.get(login, "read")
+
+
+@routes.get("/repos/{owner}/{repo}/labels")
+async def list_labels(request: web.Request) -> web.Response:
+    """List a repository's labels."""
+    hub = hub_of(request)
+    repo = repo_of(request)
+    page, headers = paginate(request, hub.public_url, repo.labels)
+    return json_response([hub.render.label(repo, lb) for lb in page], headers=headers)
+
+
+class CreateLabelBody(BaseModel):
+    """Body of POST /repos/{owner}/{repo}/labels."""
+
+    name: str = Field(min_length=1)
+    color: str = Field(default="ededed", pattern=r"^#?[0-9A-Fa-f]{6}$")
+    description: str | None = None
+
+
+@routes.post("/repos/{owner}/{repo}/labels")
+async def create_label(request: web.Request) -> web.Response:
+    """Create a label."""
+    hub = hub_of(request)
+    repo = repo_of(request, write=True)
+    body = await read_body(request, CreateLabelBody, "Label")
+    if repo.label(body.name) is not None:
+        raise invalid("Label", "name", "already_exists")
+    label = ensure_label(hub, repo, body.name)
+    label.color = body.color.removeprefix("#").lower()
+    label.description = body.description
+    return json_response(hub.render.label(repo, label), status=201)

@@ -1,0 +1,138 @@
+"""Check suites and runs: created by apps or by the sandbox's own CI, announced by webhooks."""
+
+from __future__ import annotations
+
+import logging
+
+from bot.sandbox import ci, pulls
+from bot.sandbox.auth import CI_APP_ID, CI_BOT_LOGIN
+from bot.sandbox.hub import Hub
+from bot.sandbox.render import suite_state
+from bot.sandbox.rest import Json
+from bot.sandbox.state import CheckOutput, CheckRun, CheckSuite, Repo, utc_now
+
+log = logging.getLogger(__name__)
+
+
+async def _pull_refs(hub: Hub, repo: Repo, sha: str, branch: str | None) -> list[Json]:
+    tips = await hub.git(repo).branches()
+    return [
+        hub.render.pull_minimal(repo, issue, pulls.base_sha(issue, tips))
+        for issue in pulls.open_pulls(repo)
+        if issue.pull is not None and issue.pull.head_sha == sha and issue.pull.head_ref == branch
+    ]
+
+
+async def run_json(hub: Hub, repo: Repo, run: CheckRun) -> Json:
+    """Render a check run."""
+    suite = repo.suite(run.suite_id)
+    assert suite is not None
+    refs = await _pull_refs(hub, repo, suite.head_sha, suite.head_branch)
+    return hub.render.check_run(repo, run, suite, repo.runs_of(suite.id), refs)
+
+
+async def suite_json(hub: Hub, repo: Repo, suite: CheckSuite, webhook: bool = False) -> Json:
+    """Render a check suite."""
+    refs = await _pull_refs(hub, repo, suite.head_sha, suite.head_branch)
+    head = await hub.git(repo).commit(suite.head_sha)
+    return hub.render.check_suite(repo, suite, repo.runs_of(suite.id), refs, head, webhook=webhook)
+
+
+async def branch_of(hub: Hub, repo: Repo, sha: str) -> str | None:
+    """Name a branch whose tip is `sha`, preferring the default branch."""
+    tips = await hub.git(repo).branches()
+    names = sorted(name for name, tip in tips.items() if tip == sha)
+    return repo.default_branch if repo.default_branch in names else next(iter(names), None)
+
+
+def suite_for(
+    hub: Hub, repo: Repo, app_id: int, sha: str, branch: str | None, before: str | None
+) -> tuple[CheckSuite, bool]:
+    """Return the app's suite for a commit and whether it is new (one per app and commit)."""
+    for suite in repo.check_suites:
+        if suite.app_id == app_id and suite.head_sha == sha:
+            return suite, False
+    now = utc_now()
+    suite = CheckSuite(
+        id=hub.state.next_id(),
+        app_id=app_id,
+        head_sha=sha,
+        head_branch=branch,
+        before=before,
+        after=sha,
+        created_at=now,
+        updated_at=now,
+    )
+    repo.check_suites.append(suite)
+    return suite, True
+
+
+async def create_run(hub: Hub, repo: Repo, suite: CheckSuite, run: CheckRun, sender: str) -> None:
+    """Add a run to a suite and announce it (and its completion, if it is born completed)."""
+    repo.check_runs.append(run)
+    suite.updated_at = utc_now()
+    hub.emit(repo, "check_run", sender, {"check_run": await run_json(hub, repo, run)}, "created")
+    if run.status == "completed":
+        await announce_completion(hub, repo, run, sender)
+
+
+async def announce_completion(hub: Hub, repo: Repo, run: CheckRun, sender: str) -> None:
+    """Announce a run that has just completed, and its suite if that completes with it."""
+    hub.emit(repo, "check_run", sender, {"check_run": await run_json(hub, repo, run)}, "completed")
+    suite = repo.suite(run.suite_id)
+    assert suite is not None
+    suite.updated_at = utc_now()
+    if suite_state(repo.runs_of(suite.id))[0] == "completed":
+        body = {"check_suite": await suite_json(hub, repo, suite, webhook=True)}
+        hub.emit(repo, "check_suite", sender, body, "completed")
+
+
+async def start_ci(hub: Hub, repo: Repo, branch: str, before: str, after: str, sender: str) -> None:
+    """Create the CI suite for a newly pushed head and start its run in the background."""
+    suite, new = suite_for(hub, repo, CI_APP_ID, after, branch, before)
+    if not new:
+        return
+    hub.emit(
+        repo,
+        "check_suite",
+        sender,
+        {"check_suite": await suite_json(hub, repo, suite, webhook=True)},
+        "requested",
+    )
+    run = CheckRun(
+        id=hub.state.next_id(), suite_id=suite.id, app_id=CI_APP_ID, name="ci", head_sha=after
+    )
+    await create_run(hub, repo, suite, run, CI_BOT_LOGIN)
+    hub.spawn(_run(hub, repo.id, run.id))
+
+
+def resume_ci(hub: Hub) -> None:
+    """Restart the CI runs a previous process left unfinished."""
+    for repo in hub.state.repos:
+        for run in repo.check_runs:
+            if run.app_id == CI_APP_ID and run.status != "completed":
+                hub.spawn(_run(hub, repo.id, run.id))
+
+
+async def _run(hub: Hub, repo_id: int, run_id: int) -> None:
+    repo = next(r for r in hub.state.repos if r.id == repo_id)
+    run = next(r for r in repo.check_runs if r.id == run_id)
+    git = hub.git(repo)
+    try:
+        if not await ci.has_ci(git, run.head_sha):
+            result = ci.no_ci()
+        else:
+            async with hub.ci_slots:
+                run.status = "in_progress"
+                run.started_at = utc_now()
+                hub.changed()
+                result = await ci.run_ci(git, run.head_sha, hub.ci_timeout)
+    except Exception as exc:
+        log.exception("CI run %s crashed", run_id)
+        result = ci.CiResult("failure", "CI crashed", f"The sandbox could not run CI: {exc}", "")
+    run.status = "completed"
+    run.conclusion = result.conclusion
+    run.completed_at = utc_now()
+    run.output = CheckOutput(title=result.title, summary=result.summary, text=result.text)
+    await announce_completion(hub, repo, run, CI_BOT_LOGIN)
+    hub.changed()

@@ -1,0 +1,208 @@
+"""The sandbox GitHub itself: state, accounts, repositories, access rules and event emission."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import random
+from collections import defaultdict
+from collections.abc import Coroutine
+from typing import Any
+
+from aiohttp import web
+
+from bot.sandbox.auth import (
+    ADMIN_LOGIN,
+    APP_ID,
+    BOT_LOGIN,
+    CI_BOT_LOGIN,
+    Actor,
+    Authenticator,
+    load_or_create_key,
+)
+from bot.sandbox.calls import CallCounter
+from bot.sandbox.faults import Faults
+from bot.sandbox.git_backend import GitRepo, Identity
+from bot.sandbox.render import Render
+from bot.sandbox.rest import Json, bad_credentials, forbidden_integration, not_found
+from bot.sandbox.state import Installation, Repo, StateFile, User, UserType, node_id, utc_now
+from bot.sandbox.webhooks import WebhookSender
+
+DEFAULT_CI_TIMEOUT = 300.0
+CI_CONCURRENCY = 2
+# Rewriting the whole state costs milliseconds per megabyte, so a burst of mutations
+# shares one write; a clean shutdown writes at once.
+SAVE_DELAY = 0.2
+
+
+class Hub:
+    """One sandbox GitHub instance, rooted at a data directory."""
+
+    def __init__(
+        self,
+        data_dir: pathlib.Path,
+        public_url: str,
+        webhook_url: str | None,
+        ci_timeout: float = DEFAULT_CI_TIMEOUT,
+    ) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir = data_dir
+        self.public_url = public_url.rstrip("/")
+        self.git_root = data_dir / "git"
+        self.key_path = data_dir / "app-private-key.pem"
+        self.store = StateFile(data_dir / "state.json")
+        self.state = self.store.load()
+        self.auth = Authenticator(self.state, load_or_create_key(self.key_path))
+        self.rng = random.Random(0)  # noqa: S311 - seeded on purpose: injected faults must repeat
+        self.faults = Faults(self.rng)
+        self.calls = CallCounter()
+        self.webhooks = WebhookSender(
+            data_dir, self.state.secrets.webhook_secret, webhook_url, self.rng
+        )
+        self.render = Render(self.public_url, self.user, self.state.secrets.created_at)
+        self.ci_timeout = ci_timeout
+        self.ci_slots = asyncio.Semaphore(CI_CONCURRENCY)
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._locks: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._pending_save: asyncio.TimerHandle | None = None
+        self.user(ADMIN_LOGIN)
+        self.user(BOT_LOGIN)
+        self.user(CI_BOT_LOGIN)
+        self.save()
+
+    def save(self) -> None:
+        """Write the state to disk now."""
+        if self._pending_save is not None:
+            self._pending_save.cancel()
+            self._pending_save = None
+        self.store.save(self.state)
+
+    def changed(self) -> None:
+        """Note a mutation: the state is written within SAVE_DELAY, one write for a burst."""
+        if self._pending_save is None:
+            self._pending_save = asyncio.get_running_loop().call_later(SAVE_DELAY, self.save)
+
+    def settings(self) -> dict[str, str]:
+        """Return what a Baton process needs to talk to this sandbox (app.env)."""
+        return {
+            "GITHUB_API_URL": self.public_url,
+            "GITHUB_APP_ID": str(APP_ID),
+            "GITHUB_PRIVATE_KEY_PATH": str(self.key_path),
+            "GITHUB_WEBHOOK_SECRET": self.state.secrets.webhook_secret,
+            "SANDBOX_ADMIN_TOKEN": self.state.secrets.admin_token,
+        }
+
+    def user(self, login: str) -> User:
+        """Return an account, creating it on first mention (every login exists here)."""
+        found = self.state.users.get(login)
+        if found is None:
+            kind: UserType = "Bot" if login.endswith("[bot]") else "User"
+            found = self.state.users[login] = User(login=login, id=self.state.next_id(), type=kind)
+        return found
+
+    def identity(self, login: str) -> Identity:
+        """Return the git identity GitHub records for a user's web commits."""
+        return Identity(login, f"{self.user(login).id}+{login}@users.noreply.{self.render.host}")
+
+    def repo(self, owner: str, name: str) -> Repo | None:
+        """Find a repository by owner and name (case-insensitively, as GitHub does)."""
+        wanted = f"{owner}/{name}".casefold()
+        return next((r for r in self.state.repos if r.full_name.casefold() == wanted), None)
+
+    def git(self, repo: Repo) -> GitRepo:
+        """Return the bare repository behind a repository."""
+        return GitRepo(self.git_root / repo.owner / f"{repo.name}.git")
+
+    def lock(self, repo: Repo) -> asyncio.Lock:
+        """Return the lock that serializes ref changes of a repository."""
+        return self._locks[repo.id]
+
+    def installation(self, account: str) -> Installation | None:
+        """Return the App's installation on an account."""
+        return next((i for i in self.state.installations if i.account == account), None)
+
+    def ensure_installation(self, account: str) -> Installation:
+        """Install the App on an account if it is not yet installed."""
+        found = self.installation(account)
+        if found is None:
+            found = Installation(
+                id=len(self.state.installations) + 1, account=account, created_at=utc_now()
+            )
+            self.state.installations.append(found)
+        return found
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run a background task the hub keeps track of (and cancels on shutdown)."""
+        task: asyncio.Task[None] = asyncio.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def close(self) -> None:
+        """Stop background work and persist the state."""
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.webhooks.close()
+        self.save()
+
+    def emit(
+        self, repo: Repo, event: str, sender: str, body: Json, action: str | None = None
+    ) -> None:
+        """Send a webhook about a repository to the App, as GitHub would."""
+        inst = self.ensure_installation(repo.owner)
+        payload: Json = {"action": action} if action is not None else {}
+        payload.update(body)
+        payload["repository"] = self.render.repo(repo, webhook=True, push=event == "push")
+        payload["sender"] = self.render.user(sender)
+        payload["installation"] = {"id": inst.id, "node_id": node_id("Installation", inst.id)}
+        self.webhooks.enqueue(repo.full_name, event, payload, repo.id, inst.id)
+
+    def repo_for(self, actor: Actor | None, owner: str, name: str, write: bool) -> Repo:
+        """Find a repository the actor may read (or write), answering like GitHub otherwise."""
+        if actor is None:
+            raise bad_credentials()
+        if actor.kind == "app":
+            raise forbidden_integration()
+        repo = self.repo(owner, name)
+        if repo is None:
+            raise not_found()
+        if actor.kind == "installation" and not self._covers(actor, repo):
+            if repo.private:
+                raise not_found()
+            if write:
+                raise forbidden_integration()
+        return repo
+
+    def _covers(self, actor: Actor, repo: Repo) -> bool:
+        inst = self.installation(repo.owner)
+        if inst is None or inst.id != actor.installation_id:
+            return False
+        return actor.repository_ids is None or repo.id in actor.repository_ids
+
+
+HUB: web.AppKey[Hub] = web.AppKey("hub", Hub)
+ACTOR: web.RequestKey[Actor | None] = web.RequestKey("actor")
+
+
+def hub_of(request: web.Request) -> Hub:
+    """Return the hub serving a request."""
+    return request.app[HUB]
+
+
+def actor_of(request: web.Request) -> Actor | None:
+    """Return the authenticated caller of a request (set by the API middleware)."""
+    return request.get(ACTOR)
+
+
+def login_of(request: web.Request) -> str:
+    """Return the login acting in a request; only valid after a repo_for check."""
+    actor = actor_of(request)
+    assert actor is not None and actor.login is not None
+    return actor.login
+
+
+def repo_of(request: web.Request, write: bool = False) -> Repo:
+    """Return the repository named in the request path, checking access."""
+    return hub_of(request).repo_for(
+        actor_of(request), request.match_info["owner"], request.match_info["repo"], write
+    )

@@ -1,0 +1,193 @@
+"""Branch updates (pushes, merges, deletions) and everything GitHub does in response."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from bot.sandbox import checks, events, pulls
+from bot.sandbox.git_backend import ZERO_SHA
+from bot.sandbox.hub import Hub
+from bot.sandbox.rest import ApiError, Json
+from bot.sandbox.state import Issue, Repo, utc_now
+
+PUSH_COMMITS = 20
+CLOSING = re.compile(r"\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\b:?\s+#(\d+)\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class RefUpdate:
+    """One branch moving from `before` to `after` (ZERO_SHA for created/deleted)."""
+
+    branch: str
+    before: str
+    after: str
+
+
+def own_ref(repo: Repo, spec: str) -> str | None:
+    """Read `ref` or `owner:ref` of this repository's owner; None for other owners (no forks)."""
+    owner, sep, ref = spec.partition(":")
+    if not sep:
+        return spec
+    return ref if owner.casefold() == repo.owner.casefold() else None
+
+
+async def apply(hub: Hub, repo: Repo, updates: list[RefUpdate], sender: str) -> None:
+    """Announce branch updates, sync the pull requests they touch and start CI on new heads."""
+    for update in updates:
+        repo.pushed_at = repo.updated_at = utc_now()
+        await _announce_push(hub, repo, update, sender)
+        if update.after == ZERO_SHA:
+            await _branch_deleted(hub, repo, update.branch, sender)
+            continue
+        for issue in pulls.open_pulls(repo):
+            assert issue.pull is not None
+            if issue.pull.head_ref == update.branch and issue.pull.head_sha != update.after:
+                issue.pull.head_sha = update.after
+                events.touch(repo, issue)
+                await events.announce(
+                    hub,
+                    repo,
+                    issue,
+                    "synchronize",
+                    sender,
+                    before=update.before,
+                    after=update.after,
+                )
+        await checks.start_ci(hub, repo, update.branch, update.before, update.after, sender)
+    hub.changed()
+
+
+async def _announce_push(hub: Hub, repo: Repo, update: RefUpdate, sender: str) -> None:
+    git = hub.git(repo)
+    created, deleted = update.before == ZERO_SHA, update.after == ZERO_SHA
+    html = hub.render.repo_html(repo)
+    body: Json = {
+        "ref": f"refs/heads/{update.branch}",
+        "before": update.before,
+        "after": update.after,
+        "pusher": {"name": sender, "email": hub.identity(sender).email},
+        "created": created,
+        "deleted": deleted,
+        "forced": not (created or deleted)
+        and not await git.is_ancestor(update.before, update.after),
+        "base_ref": None,
+        "compare": f"{html}/compare/{update.before[:12]}...{update.after[:12]}",
+        "commits": [],
+        "head_commit": None,
+    }
+    if not deleted:
+        tips = await git.branches()
+        exclude = (
+            [update.before]
+            if not created
+            else [sha for b, sha in tips.items() if b != update.branch]
+        )
+        commits = await git.log(update.after, exclude, PUSH_COMMITS, with_files=True)
+        if commits and commits[-1].sha == update.after:
+            head = commits[-1]
+        else:
+            head = (await git.log(update.after, [], 1, with_files=True))[0]
+        body["commits"] = [hub.render.push_commit(repo, c) for c in commits]
+        body["head_commit"] = hub.render.push_commit(repo, head)
+        if created:
+            body["compare"] = f"{html}/commit/{update.after[:12]}"
+    hub.emit(repo, "push", sender, body)
+
+
+async def _branch_deleted(hub: Hub, repo: Repo, branch: str, sender: str) -> None:
+    """Close pull requests from a deleted branch; retarget or close those into it, like GitHub."""
+    for issue in pulls.open_pulls(repo):
+        assert issue.pull is not None
+        if issue.pull.head_ref == branch:
+            await events.set_state(hub, repo, issue, "closed", None, sender)
+        elif issue.pull.base_ref == branch:
+            merged_from = next(
+                (
+                    i.pull.base_ref
+                    for i in repo.issues.values()
+                    if i.pull is not None and i.pull.merged_at and i.pull.head_ref == branch
+                ),
+                None,
+            )
+            if merged_from and await hub.git(repo).branch_tip(merged_from):
+                await events.change_base(hub, repo, issue, merged_from, sender)
+            else:
+                await events.set_state(hub, repo, issue, "closed", None, sender)
+
+
+async def delete_branch(hub: Hub, repo: Repo, branch: str, sender: str) -> bool:
+    """Delete a branch through the API; False if it does not exist."""
+    async with hub.lock(repo):
+        git = hub.git(repo)
+        tip = await git.branch_tip(branch)
+        if tip is None:
+            return False
+        await git.delete_branch(branch, tip)
+        await apply(hub, repo, [RefUpdate(branch, tip, ZERO_SHA)], sender)
+        return True
+
+
+async def merge(
+    hub: Hub,
+    repo: Repo,
+    issue: Issue,
+    method: str,
+    expected_sha: str | None,
+    title: str | None,
+    message: str | None,
+    merger: str,
+) -> str:
+    """Merge a pull request into its base branch with a real merge (or squash) commit."""
+    pull = issue.pull
+    assert pull is not None
+    if issue.state != "open" or pull.draft:
+        raise ApiError(405, "Pull Request is not mergeable")
+    if method == "rebase":
+        raise ApiError(405, "Rebase merges are not allowed on this repository.")
+    if expected_sha and expected_sha != pull.head_sha:
+        raise ApiError(409, "Head branch was modified. Review and try the merge again.")
+    async with hub.lock(repo):
+        git = hub.git(repo)
+        base = await git.branch_tip(pull.base_ref)
+        tree = await git.merge_tree(base, pull.head_sha) if base else None
+        if base is None or tree is None:
+            raise ApiError(405, "Pull Request is not mergeable")
+        commits = await git.log(pull.head_sha, [base], 250)
+        if method == "squash":
+            title = title or f"{issue.title} (#{issue.number})"
+            default = "\n\n".join(f"* {c.message}" for c in commits)
+            parents = [base]
+        else:
+            title = title or f"Merge pull request #{issue.number} from {repo.owner}/{pull.head_ref}"
+            default = issue.title
+            parents = [base, pull.head_sha]
+        text = "\n\n".join(
+            part for part in (title, default if message is None else message) if part
+        )
+        sha = await git.commit_tree(tree, parents, text + "\n", hub.identity(merger))
+        await git.update_ref(pull.base_ref, sha, base)
+        pull.base_sha = base
+        pull.merged_at = utc_now()
+        pull.merge_commit_sha = sha
+        pull.merged_by = merger
+        issue.state = "closed"
+        issue.closed_at = pull.merged_at
+        events.touch(repo, issue)
+        await events.announce(hub, repo, issue, "closed", merger)
+        if pull.base_ref == repo.default_branch:
+            texts = [issue.body or "", *(c.message for c in commits)]
+            await _close_referenced(hub, repo, texts, merger)
+        await apply(hub, repo, [RefUpdate(pull.base_ref, base, sha)], merger)
+    if repo.delete_branch_on_merge:
+        await delete_branch(hub, repo, pull.head_ref, merger)
+    return sha
+
+
+async def _close_referenced(hub: Hub, repo: Repo, texts: list[str], sender: str) -> None:
+    """Close the issues a merged pull request names with a closing keyword."""
+    numbers = {int(n) for text in texts for n in CLOSING.findall(text)}
+    for number in sorted(numbers):
+        issue = repo.issues.get(number)
+        if issue is not None and issue.pull is None and issue.state == "open":
+            await events.set_state(hub, repo, issue, "closed", "completed", sender)

@@ -1,0 +1,296 @@
+"""The sandbox's data model, persisted as one JSON document in the data directory."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import os
+import pathlib
+import secrets
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+IssueState = Literal["open", "closed"]
+UserType = Literal["User", "Bot", "Organization"]
+
+
+def utc_now() -> str:
+    """Return the current UTC time in GitHub's ISO 8601 form."""
+    return iso(datetime.datetime.now(datetime.UTC))
+
+
+def iso(moment: datetime.datetime) -> str:
+    """Format an aware datetime the way GitHub does (seconds, trailing Z)."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_iso(text: str) -> datetime.datetime:
+    """Parse an ISO 8601 timestamp as written by `iso`."""
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def node_id(kind: str, ident: int) -> str:
+    """Build a GraphQL node id in GitHub's legacy format."""
+    return base64.b64encode(f"0{len(kind)}:{kind}{ident}".encode()).decode()
+
+
+class User(BaseModel):
+    """An account: a person, a bot or an organization."""
+
+    login: str
+    id: int
+    type: UserType = "User"
+
+
+class Installation(BaseModel):
+    """The App's installation on one account, covering all its repositories."""
+
+    id: int
+    account: str
+    created_at: str
+
+
+class Token(BaseModel):
+    """An installation access token."""
+
+    token: str
+    installation_id: int
+    expires_at: str
+    repository_ids: list[int] | None = None
+
+
+class Label(BaseModel):
+    """A repository label."""
+
+    id: int
+    name: str
+    color: str = "ededed"
+    description: str | None = None
+    default: bool = False
+
+
+class Reaction(BaseModel):
+    """A reaction on an issue comment."""
+
+    id: int
+    user: str
+    content: str
+    created_at: str
+
+
+class Comment(BaseModel):
+    """An issue (or pull request conversation) comment."""
+
+    id: int
+    user: str
+    body: str
+    created_at: str
+    updated_at: str
+    reactions: list[Reaction] = Field(default_factory=list)
+
+
+class ReviewComment(BaseModel):
+    """A comment on a line of a pull request's diff."""
+
+    id: int
+    review_id: int
+    user: str
+    path: str
+    line: int
+    side: str
+    body: str
+    commit_id: str
+    diff_hunk: str
+    created_at: str
+
+
+class Review(BaseModel):
+    """A pull request review."""
+
+    id: int
+    user: str
+    body: str
+    state: str
+    commit_id: str
+    submitted_at: str | None
+
+
+class Pull(BaseModel):
+    """The pull-request half of an issue that is a pull request."""
+
+    head_ref: str
+    head_sha: str
+    base_ref: str
+    base_sha: str
+    draft: bool = False
+    maintainer_can_modify: bool = False
+    merged_at: str | None = None
+    merge_commit_sha: str | None = None
+    merged_by: str | None = None
+    reviews: list[Review] = Field(default_factory=list)
+    review_comments: list[ReviewComment] = Field(default_factory=list)
+
+
+class Issue(BaseModel):
+    """An issue; a pull request is an issue with `pull` set, as on GitHub."""
+
+    id: int
+    number: int
+    title: str
+    body: str | None
+    user: str
+    state: IssueState = "open"
+    state_reason: str | None = None
+    labels: list[str] = Field(default_factory=list)
+    assignees: list[str] = Field(default_factory=list)
+    created_at: str
+    updated_at: str
+    closed_at: str | None = None
+    comments: list[Comment] = Field(default_factory=list)
+    pull: Pull | None = None
+
+
+class CheckOutput(BaseModel):
+    """The output block of a check run."""
+
+    title: str | None = None
+    summary: str | None = None
+    text: str | None = None
+
+
+class CheckSuite(BaseModel):
+    """A check suite: one app's checks of one commit."""
+
+    id: int
+    app_id: int
+    head_sha: str
+    head_branch: str | None
+    before: str | None
+    after: str | None
+    created_at: str
+    updated_at: str
+
+
+class CheckRun(BaseModel):
+    """One check inside a check suite."""
+
+    id: int
+    suite_id: int
+    app_id: int
+    name: str
+    head_sha: str
+    status: str = "queued"
+    conclusion: str | None = None
+    started_at: str = Field(default_factory=utc_now)
+    completed_at: str | None = None
+    external_id: str | None = None
+    details_url: str | None = None
+    output: CheckOutput = Field(default_factory=CheckOutput)
+
+
+class CommitStatus(BaseModel):
+    """A commit status (the older statuses API)."""
+
+    id: int
+    sha: str
+    state: str
+    context: str
+    description: str | None
+    target_url: str | None
+    creator: str
+    created_at: str
+
+
+class Repo(BaseModel):
+    """A repository with everything GitHub keeps about it besides git data."""
+
+    id: int
+    owner: str
+    name: str
+    description: str | None = None
+    private: bool = False
+    default_branch: str = "main"
+    delete_branch_on_merge: bool = False
+    created_at: str
+    updated_at: str
+    pushed_at: str
+    labels: list[Label] = Field(default_factory=list)
+    issues: dict[int, Issue] = Field(default_factory=dict)
+    check_suites: list[CheckSuite] = Field(default_factory=list)
+    check_runs: list[CheckRun] = Field(default_factory=list)
+    statuses: list[CommitStatus] = Field(default_factory=list)
+    collaborators: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def full_name(self) -> str:
+        """Return `owner/name`."""
+        return f"{self.owner}/{self.name}"
+
+    def label(self, name: str) -> Label | None:
+        """Find a label by name, case-insensitively as GitHub does."""
+        wanted = name.casefold()
+        return next((lb for lb in self.labels if lb.name.casefold() == wanted), None)
+
+    def next_number(self) -> int:
+        """Return the next issue/pull request number (one sequence for both)."""
+        return max(self.issues, default=0) + 1
+
+    def find_comment(self, comment_id: int) -> tuple[Issue, Comment] | None:
+        """Find an issue comment and the issue it belongs to."""
+        for issue in self.issues.values():
+            for comment in issue.comments:
+                if comment.id == comment_id:
+                    return issue, comment
+        return None
+
+    def suite(self, suite_id: int) -> CheckSuite | None:
+        """Find a check suite by id."""
+        return next((s for s in self.check_suites if s.id == suite_id), None)
+
+    def runs_of(self, suite_id: int) -> list[CheckRun]:
+        """Return the check runs of one suite."""
+        return [r for r in self.check_runs if r.suite_id == suite_id]
+
+
+class Secrets(BaseModel):
+    """Values generated at first start and reused on every restart."""
+
+    webhook_secret: str = Field(default_factory=lambda: secrets.token_hex(20))
+    admin_token: str = Field(default_factory=lambda: "ghp_" + secrets.token_hex(18))
+    created_at: str = Field(default_factory=utc_now)
+
+
+class State(BaseModel):
+    """Everything the sandbox knows, apart from git objects and webhook bodies."""
+
+    secrets: Secrets = Field(default_factory=Secrets)
+    last_id: int = 0
+    users: dict[str, User] = Field(default_factory=dict)
+    installations: list[Installation] = Field(default_factory=list)
+    repos: list[Repo] = Field(default_factory=list)
+    tokens: dict[str, Token] = Field(default_factory=dict)
+
+    def next_id(self) -> int:
+        """Allocate a fresh object id."""
+        self.last_id += 1
+        return self.last_id
+
+
+class StateFile:
+    """Load and atomically save the state document."""
+
+    def __init__(self, path: pathlib.Path) -> None:
+        self.path = path
+
+    def load(self) -> State:
+        """Read the state, or start a fresh one."""
+        if self.path.exists():
+            return State.model_validate_json(self.path.read_bytes())
+        return State()
+
+    def save(self, state: State) -> None:
+        """Write the state through a temporary file and a rename."""
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_bytes(state.model_dump_json().encode())
+        os.replace(tmp, self.path)
