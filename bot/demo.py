@@ -125,6 +125,7 @@ def run_demo(keep: bool, workdir: Path | None) -> int:
             "and two workers."
         )
         outcome = asyncio.run(_drive(stack, workdir, timeline))
+        _print_summary(stack, timeline, outcome, keep)
     except (StackError, TimeoutError, OSError) as exc:
         print(f"\nThe demo failed: {exc}\n\n{stack.logs()}", file=sys.stderr)
         return 1
@@ -133,7 +134,6 @@ def run_demo(keep: bool, workdir: Path | None) -> int:
             stack.stop()
             if redis_process is not None:
                 redis_process.stop()
-    _print_summary(stack, timeline, outcome, keep)
     return 0
 
 

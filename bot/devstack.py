@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+from rq import Worker
 
 from bot.dispatch import AGENTS, EVENTS, MAINTENANCE
 
@@ -229,6 +230,10 @@ class LocalBaton:
         self.start_web()
         for n in range(workers):
             self.start_worker(f"worker-{n + 1}")
+        connection = redis.Redis.from_url(self.redis_url)
+        wait_until(
+            lambda: Worker.count(connection=connection) >= workers, f"{workers} workers listening"
+        )
 
     def start_web(self) -> None:
         """Start `baton web` and wait for its health check."""
