@@ -29,6 +29,7 @@ from pathlib import Path
 import aiohttp
 
 from bot.devstack import Process, free_port, http_ok, spawn, start_redis_server, wait_until
+from bot.intake import ForwarderProcess
 
 SECRET = "bench-secret"  # noqa: S105 - a throwaway secret for a loopback benchmark
 PAYLOAD = Path(__file__).parents[1] / "tests/fixtures/github/payloads/issues/labeled.ghes-3.5.json"
@@ -127,7 +128,7 @@ async def open_loop(url: str, body: bytes, rate: float, seconds: float) -> Figur
     return figures
 
 
-def start_servers(workdir: Path) -> tuple[str, str, list[Process]]:
+def start_servers(workdir: Path) -> tuple[str, str, list[Process], ForwarderProcess]:
     redis_url, redis_process = start_redis_server(workdir / "redis")
     baton_port, bare_port = free_port(), free_port()
     env = {
@@ -143,6 +144,10 @@ def start_servers(workdir: Path) -> tuple[str, str, list[Process]]:
     bare = spawn(
         "bare", [sys.executable, "-c", BARE_SERVER, str(bare_port)], workdir, dict(os.environ)
     )
+    # The forwarder a worker runs beside it turns accepted deliveries into RQ jobs; it
+    # runs here too, so its CPU is spent on this machine during the measurement.
+    os.environ.update(REDIS_URL=redis_url)
+    forwarder = ForwarderProcess(verbose=False)
     for port in (baton_port, bare_port):
         wait_until(
             partial(http_ok, f"http://127.0.0.1:{port}/healthz"), f"server on {port} answering"
@@ -151,6 +156,7 @@ def start_servers(workdir: Path) -> tuple[str, str, list[Process]]:
         f"http://127.0.0.1:{baton_port}/webhook",
         f"http://127.0.0.1:{bare_port}/webhook",
         [baton, bare, redis_process],
+        forwarder,
     )
 
 
@@ -197,10 +203,11 @@ def main() -> int:
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32, 64])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="baton-bench-") as tmp:
-        baton_url, bare_url, processes = start_servers(Path(tmp))
+        baton_url, bare_url, processes, forwarder = start_servers(Path(tmp))
         try:
             asyncio.run(measure(baton_url, bare_url, args.levels, args.seconds))
         finally:
+            forwarder.stop()
             for process in processes:
                 process.stop()
     return 0

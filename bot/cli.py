@@ -13,6 +13,7 @@ from bot.settings import Settings, SettingsError, load_settings
 from bot.store import Store, StoreError
 
 log = logging.getLogger("baton")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class CommandError(Exception):
@@ -21,11 +22,7 @@ class CommandError(Exception):
 
 def configure_logging(verbose: bool = False) -> None:
     """Log one line per event to stderr."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT)
 
 
 def _connected_store(settings: Settings) -> Store:
@@ -55,9 +52,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     from bot.agents import adapter_for
     from bot.dispatch import QUEUES, Dispatcher
+    from bot.intake import ForwarderProcess
 
     settings = load_settings()
-    _connected_store(settings)
+    _connected_store(settings).ensure_intake_group()
     settings.app_id  # noqa: B018 - a worker without App credentials can do nothing useful
     settings.private_key  # noqa: B018
     if set(args.queues) & {"baton-agents"}:
@@ -71,7 +69,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     dispatch = Dispatcher.from_url(settings.redis_url, settings)
     worker = Worker([dispatch.queues[name] for name in args.queues], connection=dispatch.connection)
-    worker.work(burst=args.burst, with_scheduler=True, logging_level="INFO")
+    # Beside each worker, a forwarder turns accepted deliveries into jobs (bot/intake.py).
+    forwarder = ForwarderProcess(args.verbose)
+    try:
+        worker.work(burst=args.burst, with_scheduler=True, logging_level="INFO")
+    finally:
+        forwarder.stop()
     return 0
 
 

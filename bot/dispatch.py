@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import redis
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 from rq import Queue
+from rq.job import Job
 from rq.queue import EnqueueData
 
 from bot.model import IssueRef
@@ -29,9 +30,10 @@ def job_id(*parts: object) -> str:
     return "-".join(_NOT_IN_JOB_ID.sub("_", str(part)) for part in parts)
 
 
-@dataclass(frozen=True)
-class JobSpec:
+class JobSpec(BaseModel):
     """One job to enqueue: a function path and ids, never an event or a token."""
+
+    model_config = ConfigDict(frozen=True)
 
     queue: str
     func: str
@@ -39,6 +41,9 @@ class JobSpec:
     job_id: str
     timeout_s: int
     description: str
+
+
+JOB_SPECS = TypeAdapter(list[JobSpec])
 
 
 def run_issue_job(settings: Settings, issue: IssueRef, delivery_id: str) -> JobSpec:
@@ -79,8 +84,14 @@ class Dispatcher:
         """Connect to the Redis RQ uses (RQ needs undecoded responses)."""
         return cls(redis.Redis.from_url(url), settings)
 
-    def enqueue(self, specs: Sequence[JobSpec]) -> None:
-        """Enqueue jobs, all of them in one round trip to Redis."""
+    def enqueue(self, specs: Sequence[JobSpec], skip_existing: bool = False) -> None:
+        """Enqueue jobs in one round trip; with skip_existing, leave out ids RQ already has."""
+        if skip_existing and specs:
+            with self.connection.pipeline(transaction=False) as pipe:
+                for spec in specs:
+                    pipe.exists(Job.key_for(spec.job_id))
+                known = pipe.execute()
+            specs = [spec for spec, exists in zip(specs, known, strict=True) if not exists]
         by_queue: dict[str, list[EnqueueData]] = {}
         for spec in specs:
             by_queue.setdefault(spec.queue, []).append(
@@ -98,12 +109,6 @@ class Dispatcher:
             for name, datas in by_queue.items():
                 self.queues[name].enqueue_many(datas, pipeline=pipe)
             pipe.execute()
-
-    def run_issue(self, issue: IssueRef, delivery_id: str) -> str:
-        """Enqueue an attempt at the issue now; return the job id."""
-        spec = run_issue_job(self.settings, issue, delivery_id)
-        self.enqueue([spec])
-        return spec.job_id
 
     def settle_head(self, installation_id: int, repo: str, head_sha: str) -> str:
         """Enqueue settlement of head_sha now; return the job id."""

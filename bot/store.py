@@ -6,8 +6,10 @@ import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import cast
 
 import redis
+import redis.asyncio
 from redis.exceptions import WatchError
 
 from bot.model import IssueRef, Run
@@ -17,6 +19,14 @@ DELIVERY_TTL_S = 7 * 24 * 3600  # GitHub lets a delivery be redelivered for days
 RUN_TTL_S = 90 * 24 * 3600
 LOCK_TTL_MS = 60_000  # a claim lives this long without a heartbeat
 RECENT_RUNS = 200
+INTAKE_STREAM = f"{_PREFIX}:intake"
+INTAKE_GROUP = "forwarders"
+INTAKE_MAXLEN = 1_000_000  # a bound far above any backlog a live forwarder leaves
+
+
+def _delivery_key(delivery_id: str) -> str:
+    return f"{_PREFIX}:delivery:{delivery_id}"
+
 
 # Claim: mint a fencing number and take the lock in one step, so two claims of
 # the same issue can never both succeed and a later holder always has a larger token.
@@ -33,6 +43,22 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+# Accept a batch of deliveries: each new delivery id is recorded and its chosen
+# jobs appended to the intake stream in the same step, so a delivery is either
+# seen-and-queued or neither. KEYS: the stream, then one dedupe key per delivery.
+_ACCEPT = """
+local accepted = {}
+for i = 2, #KEYS do
+  if redis.call('SET', KEYS[i], '1', 'NX', 'EX', ARGV[1]) then
+    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*',
+               'delivery', ARGV[2 * i - 1], 'jobs', ARGV[2 * i])
+    accepted[#accepted + 1] = 1
+  else
+    accepted[#accepted + 1] = 0
+  end
+end
+return accepted
+"""
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -45,6 +71,21 @@ class StoreError(Exception):
 
 class LockLost(StoreError):
     """A write was fenced off: the caller no longer holds the issue's lock."""
+
+
+@dataclass(frozen=True)
+class IntakeEntry:
+    """One accepted delivery in the intake stream, with the jobs its handlers chose."""
+
+    entry_id: str
+    delivery_id: str
+    jobs: str  # JSON, as the web process wrote it
+
+
+def _intake_entry(entry: tuple[object, dict[object, object]]) -> IntakeEntry:
+    entry_id, fields = entry
+    values = {_text(k): _text(v) for k, v in fields.items()}
+    return IntakeEntry(_text(entry_id), values.get("delivery", ""), values.get("jobs", "[]"))
 
 
 @dataclass(frozen=True)
@@ -93,19 +134,45 @@ class Store:
         except redis.RedisError as exc:
             raise StoreError(f"Redis is unreachable: {exc}") from exc
 
-    # Deliveries ----------------------------------------------------------
+    # The intake: accepted deliveries on their way to RQ ---------------------
 
-    def first_deliveries(self, delivery_ids: Sequence[str]) -> list[bool]:
-        """Record webhook delivery ids in one round trip; False for each seen before."""
-        with self.redis.pipeline(transaction=False) as pipe:
-            for delivery_id in delivery_ids:
-                pipe.set(f"{_PREFIX}:delivery:{delivery_id}", "1", nx=True, ex=DELIVERY_TTL_S)
-            return [bool(result) for result in pipe.execute()]
+    def ensure_intake_group(self) -> None:
+        """Create the forwarders' consumer group on the intake stream, if it is missing."""
+        try:
+            self.redis.xgroup_create(INTAKE_STREAM, INTAKE_GROUP, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
 
-    def forget_deliveries(self, delivery_ids: Sequence[str]) -> None:
-        """Forget deliveries whose handling failed, so a redelivery is processed."""
-        if delivery_ids:
-            self.redis.delete(*(f"{_PREFIX}:delivery:{d}" for d in delivery_ids))
+    def read_intake(self, consumer: str, count: int, block_ms: int | None) -> list[IntakeEntry]:
+        """Take up to count new intake entries for this consumer, waiting up to block_ms.
+
+        block_ms None does not wait at all (0 would wait for ever, as in XREADGROUP).
+        """
+        reply = self.redis.xreadgroup(
+            INTAKE_GROUP, consumer, {INTAKE_STREAM: ">"}, count=count, block=block_ms
+        )
+        streams = cast(list[tuple[object, list[tuple[object, dict[object, object]]]]], reply or [])
+        return [_intake_entry(entry) for _stream, entries in streams for entry in entries]
+
+    def reclaim_intake(self, consumer: str, min_idle_ms: int, count: int) -> list[IntakeEntry]:
+        """Take over entries another consumer read but never acknowledged (it died)."""
+        reply = self.redis.xautoclaim(
+            INTAKE_STREAM, INTAKE_GROUP, consumer, min_idle_ms, start_id="0", count=count
+        )
+        return [_intake_entry(entry) for entry in reply[1] if entry[1]]
+
+    def ack_intake(self, entry_ids: Sequence[str]) -> None:
+        """Mark intake entries done and drop them from the stream."""
+        if entry_ids:
+            with self.redis.pipeline() as pipe:
+                pipe.xack(INTAKE_STREAM, INTAKE_GROUP, *entry_ids)
+                pipe.xdel(INTAKE_STREAM, *entry_ids)
+                pipe.execute()
+
+    def intake_backlog(self) -> int:
+        """Return how many accepted deliveries wait to become jobs."""
+        return int(self.redis.xlen(INTAKE_STREAM))
 
     # The App's identity --------------------------------------------------
 
@@ -277,3 +344,24 @@ class Store:
     def marks(self) -> dict[str, str]:
         """Return when each recorded thing last happened."""
         return {str(k): str(v) for k, v in self.redis.hgetall(f"{_PREFIX}:last").items()}
+
+
+class IntakeLog:
+    """The web process's one write per batch of deliveries, without blocking its event loop."""
+
+    def __init__(self, client: redis.asyncio.Redis) -> None:
+        self._accept = client.register_script(_ACCEPT)
+
+    @classmethod
+    def from_url(cls, url: str) -> IntakeLog:
+        """Connect to Redis at url (lazily)."""
+        return cls(redis.asyncio.Redis.from_url(url, decode_responses=True))
+
+    async def accept(self, deliveries: Sequence[tuple[str, str]]) -> list[bool]:
+        """Record (delivery id, jobs JSON) pairs; False for each delivery seen before."""
+        keys = [INTAKE_STREAM, *(_delivery_key(delivery_id) for delivery_id, _ in deliveries)]
+        args: list[str | int] = [DELIVERY_TTL_S, INTAKE_MAXLEN]
+        for delivery_id, jobs in deliveries:
+            args += [delivery_id, jobs]
+        flags = await self._accept(keys=keys, args=args)
+        return [bool(flag) for flag in flags]

@@ -13,7 +13,7 @@ from gidgethub import ValidationFailure, sansio
 from bot.dispatch import Dispatcher
 from bot.intake import Intake
 from bot.settings import Settings
-from bot.store import Store
+from bot.store import IntakeLog, Store
 from handlers import HandlerContext, router
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,8 @@ CONTEXT = web.AppKey("context", WebContext)
 
 
 def _answer(status: int, outcome: str, **extra: object) -> web.Response:
-    return web.json_response({"outcome": outcome, **extra}, status=status)
+    body = orjson.dumps({"outcome": outcome, **extra})
+    return web.Response(body=body, status=status, content_type="application/json")
 
 
 async def receive_webhook(request: web.Request) -> web.Response:
@@ -101,16 +102,21 @@ async def health(request: web.Request) -> web.Response:
     try:
         ctx.store.ping()
         depths = ctx.dispatch.depths()
+        backlog = ctx.store.intake_backlog()
     except Exception as exc:
         return web.json_response({"status": "degraded", "redis": str(exc)}, status=503)
-    return web.json_response({"status": "ok", "redis": "ok", "queues": depths})
+    return web.json_response(
+        {"status": "ok", "redis": "ok", "queues": depths, "intake_backlog": backlog}
+    )
 
 
 def create_app(settings: Settings, store: Store, dispatch: Dispatcher) -> web.Application:
     """Build the web application."""
     settings.webhook_secret  # noqa: B018 - refuse to build an app that would accept unsigned events
     app = web.Application(client_max_size=MAX_PAYLOAD_BYTES)
-    app[CONTEXT] = WebContext(settings, store, dispatch, Intake(store, dispatch))
+    app[CONTEXT] = WebContext(
+        settings, store, dispatch, Intake(IntakeLog.from_url(settings.redis_url))
+    )
     app.router.add_post("/webhook", receive_webhook)
     app.router.add_get("/healthz", health)
     return app

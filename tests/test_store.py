@@ -98,10 +98,3 @@ def test_head_sha_finds_its_run_and_recent_runs_lists_it(store: Store) -> None:
     assert store.run_for_head("octo/widgets", "a" * 40) == (ISSUE, 1)
     assert store.run_for_head("octo/widgets", "b" * 40) is None
     assert [r.run_id for r in store.recent_runs()] == ["octo/widgets#12/1"]
-
-
-def test_delivery_ids_are_first_seen_once(store: Store) -> None:
-    assert store.first_deliveries(["d-1", "d-2"]) == [True, True]
-    assert store.first_deliveries(["d-1", "d-3", "d-3"]) == [False, True, False]
-    store.forget_deliveries(["d-1"])
-    assert store.first_deliveries(["d-1", "d-2"]) == [True, False]

@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestClient
 from rq import Queue
 
 from bot.dispatch import AGENTS, EVENTS, Dispatcher
+from bot.intake import forward_once
 from bot.settings import Settings, SettingsError
 from bot.store import Store
 from bot.web import MAX_PAYLOAD_BYTES, create_app
@@ -61,6 +62,10 @@ async def client(
 
 
 def queued(dispatch: Dispatcher, name: str) -> list[tuple[str, tuple[Any, ...]]]:
+    """Return the jobs on a queue once a forwarder has moved what the web process accepted."""
+    store = Store.from_url(dispatch.settings.redis_url)
+    store.ensure_intake_group()
+    forward_once(store, dispatch, "test-forwarder", None)
     queue: Queue = dispatch.queues[name]
     return [(job.func_name, tuple(job.args)) for job in queue.get_jobs()]
 

@@ -1,0 +1,105 @@
+"""The intake: deliveries recorded once with their jobs, forwarded to RQ exactly once."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from rq import Queue
+
+from bot import intake
+from bot.dispatch import AGENTS, JOB_SPECS, Dispatcher, run_issue_job
+from bot.intake import forward, forward_once
+from bot.model import IssueRef
+from bot.settings import Settings
+from bot.store import IntakeLog, Store
+
+ISSUE = IssueRef(installation_id=1, repo="octo/widgets", number=5)
+
+
+@pytest.fixture
+def dispatch(settings: Settings, redis_url: str) -> Dispatcher:
+    return Dispatcher.from_url(redis_url, settings)
+
+
+@pytest.fixture
+def intake_log(redis_url: str) -> IntakeLog:
+    return IntakeLog.from_url(redis_url)
+
+
+def jobs_for(settings: Settings, delivery: str) -> str:
+    return JOB_SPECS.dump_json([run_issue_job(settings, ISSUE, delivery)]).decode()
+
+
+def queued_ids(dispatch: Dispatcher) -> list[str]:
+    queue: Queue = dispatch.queues[AGENTS]
+    return list(queue.job_ids)
+
+
+async def test_a_delivery_is_accepted_once_within_and_across_batches(
+    intake_log: IntakeLog, store: Store, settings: Settings
+) -> None:
+    first = await intake_log.accept(
+        [("d1", jobs_for(settings, "d1")), ("d2", jobs_for(settings, "d2"))]
+    )
+    again = await intake_log.accept(
+        [
+            ("d1", jobs_for(settings, "d1")),
+            ("d3", jobs_for(settings, "d3")),
+            ("d3", jobs_for(settings, "d3")),
+        ]
+    )
+    assert (first, again) == ([True, True], [False, True, False])
+    assert store.intake_backlog() == 3
+
+
+async def test_forwarding_queues_the_chosen_jobs_and_empties_the_stream(
+    intake_log: IntakeLog, store: Store, dispatch: Dispatcher, settings: Settings
+) -> None:
+    await intake_log.accept([("d1", jobs_for(settings, "d1"))])
+    store.ensure_intake_group()
+    assert forward_once(store, dispatch, "f1", None) == 1
+    assert queued_ids(dispatch) == [run_issue_job(settings, ISSUE, "d1").job_id]
+    assert store.intake_backlog() == 0
+    assert forward_once(store, dispatch, "f1", None) == 0
+
+
+async def test_a_dead_forwarders_entries_are_reclaimed_and_queued_once(
+    intake_log: IntakeLog,
+    store: Store,
+    dispatch: Dispatcher,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await intake_log.accept([("d1", jobs_for(settings, "d1")), ("d2", jobs_for(settings, "d2"))])
+    store.ensure_intake_group()
+    taken = store.read_intake("dying", 10, None)
+    # It queued the first entry's jobs, then died before acknowledging anything.
+    dispatch.enqueue(JOB_SPECS.validate_json(taken[0].jobs))
+    assert store.read_intake("survivor", 10, None) == []
+    monkeypatch.setattr(intake, "RECLAIM_IDLE_MS", 0)
+    assert forward_once(store, dispatch, "survivor", None) == 2
+    assert sorted(queued_ids(dispatch)) == sorted(
+        run_issue_job(settings, ISSUE, d).job_id for d in ("d1", "d2")
+    )
+    assert store.intake_backlog() == 0
+
+
+async def test_an_unreadable_entry_is_dropped_and_logged(
+    intake_log: IntakeLog,
+    store: Store,
+    dispatch: Dispatcher,
+    settings: Settings,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    await intake_log.accept([("bad", '[{"queue": 1}]'), ("d1", jobs_for(settings, "d1"))])
+    store.ensure_intake_group()
+    with caplog.at_level(logging.ERROR):
+        assert forward(store, dispatch, store.read_intake("f", 10, None)) == 1
+    assert "intake entry for delivery bad is unreadable" in caplog.text
+    assert store.intake_backlog() == 0
+
+
+def test_job_specs_round_trip_through_json(settings: Settings) -> None:
+    spec = run_issue_job(settings, ISSUE, "d9")
+    assert JOB_SPECS.validate_json(JOB_SPECS.dump_json([spec])) == [spec]
