@@ -6,7 +6,10 @@ routed and enqueued) at rising concurrency, then at a fixed 500 deliveries/s,
 and prints deliveries/s, p50 and p99 for both servers and Baton's ratio to the
 bare handler. Targets (DESIGN.md): ratio >= 0.5; p99 < 10 ms at 500/s.
 
-    python bench/ingest.py [--seconds 5] [--levels 1 8 32 64]
+A forwarder (what each worker runs to turn accepted deliveries into RQ jobs)
+runs during the measurement too, on the same machine; its log goes to stderr.
+
+    python bench/ingest.py [--seconds 5] [--levels 1 8 32 64] 2>/dev/null
 """
 
 from __future__ import annotations
