@@ -72,6 +72,61 @@ _TERMINAL = frozenset(
 )
 
 
+class FailureClass(enum.StrEnum):
+    """Why a run ended other than green: each class names exactly one recovery."""
+
+    CHECKS_FAILED = "checks-failed"
+    CHANGES_REQUESTED = "changes-requested"
+    MERGE_CONFLICT = "merge-conflict"
+    TURN_CAP_PROGRESS = "turn-cap-progress"
+    TURN_CAP_SPINNING = "turn-cap-spinning"
+    WALL_CLOCK_CAP_PROGRESS = "wall-clock-cap-progress"
+    WALL_CLOCK_CAP_SPINNING = "wall-clock-cap-spinning"
+    NO_CHANGE = "no-change"
+    ORPHAN_CLEAN = "orphan-clean"
+    ORPHAN_PROGRESS = "orphan-progress"
+    AGENT_ERROR = "agent-error"
+    PROVIDER_WINDOW = "provider-window"
+    PROVIDER_CREDIT = "provider-credit"
+    PROVIDER_TRANSIENT = "provider-transient"
+    ENV_START_FAILURE = "env-start-failure"
+    DISPATCH_INFRA = "dispatch-infra"
+    ADMIN_KILL = "admin-kill"
+    COST_CAP = "cost-cap"  # the agent stopped at its spending cap
+
+
+class Recovery(enum.StrEnum):
+    """What Baton does after a run of a class ends."""
+
+    CONTINUE = "continue"  # a continuation on the same branch and PR
+    RETRY = "retry"  # a new attempt
+    REQUEUE = "requeue"  # back to the queue, unless the operator withdrew the issue
+    HALT = "halt"  # wait for the provider's window to reopen
+    BACKOFF = "backoff"  # try the same again later, charged to nothing
+    ESCALATE = "escalate"  # a human decides
+    NONE = "none"
+
+
+class Budget(enum.StrEnum):
+    """What a recovery is charged to."""
+
+    CONTINUATIONS = "continuations"
+    ATTEMPTS = "attempts"
+    REENTRIES = "reentries"
+    NOTHING = "nothing"
+
+
+class Classification(BaseModel):
+    """A terminal run's class, the one recovery it names, and why."""
+
+    model_config = ConfigDict(frozen=True)
+
+    failure_class: FailureClass
+    recovery: Recovery
+    charged_to: Budget
+    evidence: str
+
+
 class StateChange(BaseModel):
     """One step of a run's history."""
 
@@ -135,8 +190,12 @@ class Run(BaseModel):
     pr_url: str | None = None
     changed_files: list[str] = Field(default_factory=list)
     agent_result: AgentResult | None = None
+    continuation_of: int | None = Field(
+        default=None, description="the attempt this one continues on the same branch"
+    )
     failure_class: str | None = None
     reason: str | None = None
+    classification: Classification | None = None
 
     @property
     def run_id(self) -> str:
