@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -279,16 +280,22 @@ async def receiver() -> AsyncIterator[Receiver]:
     await runner.cleanup()
 
 
+@asynccontextmanager
+async def running_sandbox(
+    data: Path, receiver: Receiver, work: Path, clones: int = 0
+) -> AsyncIterator[Sandbox]:
+    """Serve a sandbox from `data` with a client session, its webhooks checked by `receiver`."""
+    async with server.running(data, receiver.url) as app, aiohttp.ClientSession() as session:
+        receiver.secret = app[HUB].state.secrets.webhook_secret.encode()
+        yield Sandbox(app, session, receiver, work, clones)
+
+
 @pytest.fixture
 async def sandbox(tmp_path: Path, receiver: Receiver) -> AsyncIterator[Sandbox]:
     work = tmp_path / "work"
     work.mkdir()
-    async with (
-        server.running(tmp_path / "data", receiver.url) as app,
-        aiohttp.ClientSession() as session,
-    ):
-        receiver.secret = app[HUB].state.secrets.webhook_secret.encode()
-        yield Sandbox(app, session, receiver, work)
+    async with running_sandbox(tmp_path / "data", receiver, work) as started:
+        yield started
 
 
 # ---------------------------------------------------------------- auth
@@ -873,15 +880,13 @@ async def test_redelivery_duplicates_and_reordering(sandbox: Sandbox) -> None:
 async def test_state_survives_a_restart(tmp_path: Path, receiver: Receiver) -> None:
     data, work = tmp_path / "data", tmp_path / "work"
     work.mkdir()
-    async with server.running(data, receiver.url) as app, aiohttp.ClientSession() as session:
-        receiver.secret = app[HUB].state.secrets.webhook_secret.encode()
-        before = Sandbox(app, session, receiver, work)
+    async with running_sandbox(data, receiver, work) as before:
         await before.new_repo()
         issue = {"title": "remember me", "labels": ["baton:queue"]}
         await before.ok("POST", f"{REPO}/issues", issue, status=201)
         token = await before.installation_token()
         app_jwt = before.jwt()
-        settings = app[HUB].settings()
+        settings = before.hub.settings()
         state = data / "state.json"
 
         async def on_disk() -> bool:
@@ -889,9 +894,8 @@ async def test_state_survives_a_restart(tmp_path: Path, receiver: Receiver) -> N
 
         # Written shortly after the mutation, without waiting for a shutdown.
         await eventually(on_disk, lambda: "the new issue in state.json")
-    async with server.running(data, receiver.url) as app, aiohttp.ClientSession() as session:
-        after = Sandbox(app, session, receiver, work, clones=1)
-        assert {**app[HUB].settings(), "GITHUB_API_URL": ""} == {**settings, "GITHUB_API_URL": ""}
+    async with running_sandbox(data, receiver, work, clones=1) as after:
+        assert {**after.hub.settings(), "GITHUB_API_URL": ""} == {**settings, "GITHUB_API_URL": ""}
         issue = await after.ok("GET", f"{REPO}/issues/1", auth=token)
         assert (issue["title"], issue["labels"][0]["name"]) == ("remember me", "baton:queue")
         bearer = {"Authorization": f"Bearer {app_jwt}"}
@@ -904,9 +908,7 @@ async def test_state_survives_a_restart(tmp_path: Path, receiver: Receiver) -> N
 async def test_ci_interrupted_by_a_restart_runs_again(tmp_path: Path, receiver: Receiver) -> None:
     data, work = tmp_path / "data", tmp_path / "work"
     work.mkdir()
-    async with server.running(data, receiver.url) as app, aiohttp.ClientSession() as session:
-        receiver.secret = app[HUB].state.secrets.webhook_secret.encode()
-        before = Sandbox(app, session, receiver, work)
+    async with running_sandbox(data, receiver, work) as before:
         await before.new_repo()
         slow_ci = "#!/bin/sh\nsleep 1\necho finished\n"
         _, sha = await before.push_branch("slow", {".sandbox/ci": slow_ci})

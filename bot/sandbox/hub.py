@@ -24,7 +24,7 @@ from bot.sandbox.calls import CallCounter
 from bot.sandbox.faults import Faults
 from bot.sandbox.git_backend import GitRepo, Identity
 from bot.sandbox.render import Render
-from bot.sandbox.rest import Json, bad_credentials, forbidden_integration, not_found
+from bot.sandbox.rest import Json, bad_credentials, forbidden_integration, not_found, or_not_found
 from bot.sandbox.state import Installation, Repo, StateFile, User, UserType, node_id, utc_now
 from bot.sandbox.webhooks import WebhookSender
 
@@ -163,9 +163,7 @@ class Hub:
             raise bad_credentials()
         if actor.kind == "app":
             raise forbidden_integration()
-        repo = self.repo(owner, name)
-        if repo is None:
-            raise not_found()
+        repo = or_not_found(self.repo(owner, name))
         if actor.kind == "installation" and not self._covers(actor, repo):
             if repo.private:
                 raise not_found()

@@ -667,37 +667,45 @@ class Render:
         webhook: bool = False,
     ) -> Json:
         """Render a check suite; the REST form adds the repository."""
+        data = self._suite_summary(repo, suite, runs, pulls)
+        data.update(
+            {
+                "rerequestable": True,
+                "runs_rerequestable": True,
+                "latest_check_runs_count": len(runs),
+                "check_runs_url": f"{data['url']}/check-runs",
+                "head_commit": self.simple_commit(head),
+            }
+        )
+        if not webhook:
+            data["repository"] = self.repo(repo, webhook=True)
+        return data
+
+    def _suite_summary(
+        self, repo: Repo, suite: CheckSuite, runs: list[CheckRun], pulls: list[Json]
+    ) -> Json:
+        """Render the fields a check suite shares with the summary inside its check runs."""
         status, conclusion = suite_state(runs)
-        api = f"{self.repo_api(repo)}/check-suites/{suite.id}"
-        data: Json = {
+        return {
             "id": suite.id,
             "node_id": node_id("CheckSuite", suite.id),
             "head_branch": suite.head_branch,
             "head_sha": suite.head_sha,
             "status": status,
             "conclusion": conclusion,
-            "url": api,
+            "url": f"{self.repo_api(repo)}/check-suites/{suite.id}",
             "before": suite.before,
             "after": suite.after,
             "pull_requests": pulls,
             "app": self.app(suite.app_id),
             "created_at": suite.created_at,
             "updated_at": suite.updated_at,
-            "rerequestable": True,
-            "runs_rerequestable": True,
-            "latest_check_runs_count": len(runs),
-            "check_runs_url": f"{api}/check-runs",
-            "head_commit": self.simple_commit(head),
         }
-        if not webhook:
-            data["repository"] = self.repo(repo, webhook=True)
-        return data
 
     def check_run(
         self, repo: Repo, run: CheckRun, suite: CheckSuite, runs: list[CheckRun], pulls: list[Json]
     ) -> Json:
         """Render a check run, with the summary of its suite."""
-        status, conclusion = suite_state(runs)
         html = f"{self.repo_html(repo)}/runs/{run.id}"
         api = f"{self.repo_api(repo)}/check-runs/{run.id}"
         return {
@@ -720,21 +728,7 @@ class Render:
                 "annotations_url": f"{api}/annotations",
             },
             "name": run.name,
-            "check_suite": {
-                "id": suite.id,
-                "node_id": node_id("CheckSuite", suite.id),
-                "head_branch": suite.head_branch,
-                "head_sha": suite.head_sha,
-                "status": status,
-                "conclusion": conclusion,
-                "url": f"{self.repo_api(repo)}/check-suites/{suite.id}",
-                "before": suite.before,
-                "after": suite.after,
-                "pull_requests": pulls,
-                "app": self.app(suite.app_id),
-                "created_at": suite.created_at,
-                "updated_at": suite.updated_at,
-            },
+            "check_suite": self._suite_summary(repo, suite, runs, pulls),
             "app": self.app(run.app_id),
             "pull_requests": pulls,
         }

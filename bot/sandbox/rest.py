@@ -49,6 +49,13 @@ def not_found() -> ApiError:
     return ApiError(404, "Not Found")
 
 
+def or_not_found(value: T | None) -> T:
+    """Return what a lookup found, or answer 404 when it found nothing."""
+    if value is None:
+        raise not_found()
+    return value
+
+
 def bad_credentials() -> ApiError:
     """Return GitHub's 401."""
     return ApiError(401, "Bad credentials")

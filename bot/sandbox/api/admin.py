@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from bot.sandbox.faults import ApiFault
 from bot.sandbox.hub import Hub, hub_of
-from bot.sandbox.rest import json_response, not_found, read_body, read_json
+from bot.sandbox.rest import json_response, or_not_found, read_body, read_json
 from bot.sandbox.webhooks import Delivery, WebhookFaults
 
 routes = web.RouteTableDef()
@@ -51,10 +51,9 @@ async def list_deliveries(request: web.Request) -> web.Response:
 
 def _find(request: web.Request) -> Delivery:
     wanted = request.match_info["delivery_id"]
-    found = next((d for d in hub_of(request).webhooks.deliveries if str(d.id) == wanted), None)
-    if found is None:
-        raise not_found()
-    return found
+    return or_not_found(
+        next((d for d in hub_of(request).webhooks.deliveries if str(d.id) == wanted), None)
+    )
 
 
 @routes.get("/_sandbox/deliveries/{delivery_id}")
@@ -131,9 +130,7 @@ async def reset_calls(request: web.Request) -> web.Response:
 async def add_collaborator(request: web.Request) -> web.Response:
     """Give a user a role on a repository."""
     hub = hub_of(request)
-    repo = hub.repo(request.match_info["owner"], request.match_info["repo"])
-    if repo is None:
-        raise not_found()
+    repo = or_not_found(hub.repo(request.match_info["owner"], request.match_info["repo"]))
     body = await read_body(request, CollaboratorBody, "Collaborator")
     login = request.match_info["username"]
     hub.user(login)

@@ -15,11 +15,11 @@ from bot.sandbox.rest import (
     forbidden_integration,
     int_param,
     json_response,
-    not_found,
+    or_not_found,
     paginate,
     read_body,
 )
-from bot.sandbox.state import Label, Repo, utc_now
+from bot.sandbox.state import Installation, Label, Repo, utc_now
 
 routes = web.RouteTableDef()
 
@@ -46,6 +46,12 @@ def require_app(request: web.Request) -> Hub:
     return hub_of(request)
 
 
+def installation_of(request: web.Request, hub: Hub) -> Installation:
+    """Return the installation named in the path, or answer 404."""
+    wanted = int_param(request, "installation_id")
+    return or_not_found(next((i for i in hub.state.installations if i.id == wanted), None))
+
+
 @routes.get("/app")
 async def get_app(request: web.Request) -> web.Response:
     """Describe the authenticated App."""
@@ -65,11 +71,7 @@ async def list_installations(request: web.Request) -> web.Response:
 async def get_installation(request: web.Request) -> web.Response:
     """Describe one installation."""
     hub = require_app(request)
-    wanted = int_param(request, "installation_id")
-    inst = next((i for i in hub.state.installations if i.id == wanted), None)
-    if inst is None:
-        raise not_found()
-    return json_response(hub.render.installation(inst))
+    return json_response(hub.render.installation(installation_of(request, hub)))
 
 
 class AccessTokenBody(BaseModel):
@@ -84,10 +86,7 @@ class AccessTokenBody(BaseModel):
 async def create_access_token(request: web.Request) -> web.Response:
     """Mint an installation access token, optionally limited to some repositories."""
     hub = require_app(request)
-    wanted = int_param(request, "installation_id")
-    inst = next((i for i in hub.state.installations if i.id == wanted), None)
-    if inst is None:
-        raise not_found()
+    inst = installation_of(request, hub)
     body = await read_body(request, AccessTokenBody, "InstallationAccessToken")
     owned = [r for r in hub.state.repos if r.owner == inst.account]
     selected: list[Repo] | None = None
@@ -118,9 +117,7 @@ async def get_repo_installation(request: web.Request) -> web.Response:
     """Find the App's installation covering a repository."""
     hub = require_app(request)
     repo = hub.repo(request.match_info["owner"], request.match_info["repo"])
-    inst = hub.installation(repo.owner) if repo else None
-    if inst is None:
-        raise not_found()
+    inst = or_not_found(hub.installation(repo.owner) if repo else None)
     return json_response(hub.render.installation(inst))
 
 

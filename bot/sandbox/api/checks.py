@@ -16,11 +16,11 @@ from bot.sandbox.rest import (
     int_param,
     invalid,
     json_response,
-    not_found,
+    or_not_found,
     paginate,
     read_body,
 )
-from bot.sandbox.state import CheckOutput, CheckRun, CommitStatus, Repo, utc_now
+from bot.sandbox.state import CheckOutput, CheckRun, CheckSuite, CommitStatus, Repo, utc_now
 
 routes = web.RouteTableDef()
 
@@ -93,10 +93,12 @@ def _apply(run: CheckRun, body: CheckRunBody) -> None:
 def run_of(request: web.Request, repo: Repo) -> CheckRun:
     """Return the check run named in the path, or answer 404."""
     wanted = int_param(request, "check_run_id")
-    run = next((r for r in repo.check_runs if r.id == wanted), None)
-    if run is None:
-        raise not_found()
-    return run
+    return or_not_found(next((r for r in repo.check_runs if r.id == wanted), None))
+
+
+def suite_of(request: web.Request, repo: Repo) -> CheckSuite:
+    """Return the check suite named in the path, or answer 404."""
+    return or_not_found(repo.suite(int_param(request, "check_suite_id")))
 
 
 @routes.post("/repos/{owner}/{repo}/check-runs")
@@ -148,10 +150,7 @@ async def update_check_run(request: web.Request) -> web.Response:
 
 
 async def _commit_of(request: web.Request, hub: Hub, repo: Repo) -> str:
-    sha = await hub.git(repo).resolve(request.match_info["ref"])
-    if sha is None:
-        raise not_found()
-    return sha
+    return or_not_found(await hub.git(repo).resolve(request.match_info["ref"]))
 
 
 def _latest(runs: list[CheckRun]) -> list[CheckRun]:
@@ -219,10 +218,7 @@ async def get_check_suite(request: web.Request) -> web.Response:
     """Return one check suite."""
     hub = hub_of(request)
     repo = repo_of(request)
-    suite = repo.suite(int_param(request, "check_suite_id"))
-    if suite is None:
-        raise not_found()
-    return json_response(await checks.suite_json(hub, repo, suite))
+    return json_response(await checks.suite_json(hub, repo, suite_of(request, repo)))
 
 
 @routes.get(SUITE + "/check-runs")
@@ -230,9 +226,7 @@ async def list_check_runs_in_suite(request: web.Request) -> web.Response:
     """List the check runs of one suite."""
     hub = hub_of(request)
     repo = repo_of(request)
-    suite = repo.suite(int_param(request, "check_suite_id"))
-    if suite is None:
-        raise not_found()
+    suite = suite_of(request, repo)
     return await _runs_response(request, hub, repo, repo.runs_of(suite.id))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from aiohttp import web
@@ -10,7 +11,7 @@ from pydantic import BaseModel, Field, RootModel, field_validator
 from bot.sandbox import events
 from bot.sandbox.hub import Hub, hub_of, login_of, repo_of
 from bot.sandbox.render import REACTIONS
-from bot.sandbox.rest import ApiError, int_param, json_response, not_found, paginate, read_body
+from bot.sandbox.rest import ApiError, int_param, json_response, or_not_found, paginate, read_body
 from bot.sandbox.state import Comment, Issue, Reaction, Repo, utc_now
 
 routes = web.RouteTableDef()
@@ -90,18 +91,12 @@ class ReactionBody(BaseModel):
 
 def issue_of(request: web.Request, repo: Repo) -> Issue:
     """Return the issue named in the path, or answer 404."""
-    issue = repo.issues.get(int_param(request, "issue_number"))
-    if issue is None:
-        raise not_found()
-    return issue
+    return or_not_found(repo.issues.get(int_param(request, "issue_number")))
 
 
 def comment_of(request: web.Request, repo: Repo) -> tuple[Issue, Comment]:
     """Return the comment named in the path and its issue, or answer 404."""
-    found = repo.find_comment(int_param(request, "comment_id"))
-    if found is None:
-        raise not_found()
-    return found
+    return or_not_found(repo.find_comment(int_param(request, "comment_id")))
 
 
 @routes.get("/repos/{owner}/{repo}/issues")
@@ -187,6 +182,19 @@ def _labels_response(hub: Hub, repo: Repo, issue: Issue) -> web.Response:
     return json_response(hub.render.issue_labels(repo, issue))
 
 
+async def _change_labels(
+    request: web.Request,
+    change: Callable[[Hub, Repo, Issue, list[str], str], Awaitable[None]],
+) -> web.Response:
+    """Apply the labels in the request body to the issue with `change` and list the result."""
+    hub = hub_of(request)
+    repo = repo_of(request, write=True)
+    issue = issue_of(request, repo)
+    body = await read_body(request, LabelsBody, "Label")
+    await change(hub, repo, issue, body.names(), login_of(request))
+    return _labels_response(hub, repo, issue)
+
+
 @routes.get(ISSUE + "/labels")
 async def list_issue_labels(request: web.Request) -> web.Response:
     """List the labels on an issue."""
@@ -201,23 +209,13 @@ async def list_issue_labels(request: web.Request) -> web.Response:
 @routes.post(ISSUE + "/labels")
 async def add_issue_labels(request: web.Request) -> web.Response:
     """Add labels to an issue, creating unknown ones."""
-    hub = hub_of(request)
-    repo = repo_of(request, write=True)
-    issue = issue_of(request, repo)
-    body = await read_body(request, LabelsBody, "Label")
-    await events.add_labels(hub, repo, issue, body.names(), login_of(request))
-    return _labels_response(hub, repo, issue)
+    return await _change_labels(request, events.add_labels)
 
 
 @routes.put(ISSUE + "/labels")
 async def set_issue_labels(request: web.Request) -> web.Response:
     """Replace all labels on an issue."""
-    hub = hub_of(request)
-    repo = repo_of(request, write=True)
-    issue = issue_of(request, repo)
-    body = await read_body(request, LabelsBody, "Label")
-    await events.replace_labels(hub, repo, issue, body.names(), login_of(request))
-    return _labels_response(hub, repo, issue)
+    return await _change_labels(request, events.replace_labels)
 
 
 @routes.delete(ISSUE + "/labels/{name:.+}")

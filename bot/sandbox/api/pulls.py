@@ -15,7 +15,7 @@ from bot.sandbox.rest import (
     int_param,
     invalid,
     json_response,
-    not_found,
+    or_not_found,
     paginate,
     read_body,
     wants_diff,
@@ -80,12 +80,10 @@ class CreateReviewBody(BaseModel):
     comments: list[DraftReviewComment] = Field(default_factory=list)
 
 
-def pull_of(request: web.Request, repo: Repo) -> Issue:
-    """Return the pull request named in the path, or answer 404."""
-    issue = repo.issues.get(int_param(request, "pull_number"))
-    if issue is None or issue.pull is None:
-        raise not_found()
-    return issue
+def pull_of(request: web.Request, repo: Repo) -> tuple[Issue, Pull]:
+    """Return the pull request named in the path and its issue, or answer 404."""
+    issue = or_not_found(repo.issues.get(int_param(request, "pull_number")))
+    return issue, or_not_found(issue.pull)
 
 
 async def full_pull(hub: Hub, repo: Repo, issue: Issue, status: int = 200) -> web.Response:
@@ -182,7 +180,7 @@ async def get_pull(request: web.Request) -> web.Response:
     """Return one pull request (or its diff, for the diff media type)."""
     hub = hub_of(request)
     repo = repo_of(request)
-    issue = pull_of(request, repo)
+    issue, _ = pull_of(request, repo)
     if wants_diff(request):
         fork_point, head = await pulls.diff_range(hub, repo, issue)
         return diff_response(await hub.git(repo).diff_text(fork_point, head))
@@ -194,9 +192,7 @@ async def update_pull(request: web.Request) -> web.Response:
     """Edit a pull request: title, body, state, base."""
     hub = hub_of(request)
     repo = repo_of(request, write=True)
-    issue = pull_of(request, repo)
-    pull = issue.pull
-    assert pull is not None
+    issue, pull = pull_of(request, repo)
     body = await read_body(request, UpdatePullBody, "PullRequest")
     sender = login_of(request)
     git = hub.git(repo)
@@ -229,7 +225,7 @@ async def list_files(request: web.Request) -> web.Response:
     """List the files a pull request changes (diff from the merge base to the head)."""
     hub = hub_of(request)
     repo = repo_of(request)
-    issue = pull_of(request, repo)
+    issue, _ = pull_of(request, repo)
     fork_point, head = await pulls.diff_range(hub, repo, issue)
     page, headers = paginate(request, hub.public_url, await hub.git(repo).diff(fork_point, head))
     return json_response([hub.render.diff_entry(repo, head, c) for c in page], headers=headers)
@@ -240,7 +236,7 @@ async def merge_pull(request: web.Request) -> web.Response:
     """Merge a pull request (merge commit or squash)."""
     hub = hub_of(request)
     repo = repo_of(request, write=True)
-    issue = pull_of(request, repo)
+    issue, _ = pull_of(request, repo)
     body = await read_body(request, MergeBody, "PullRequest")
     sha = await refs.merge(
         hub,
@@ -262,9 +258,8 @@ async def list_reviews(request: web.Request) -> web.Response:
     """List a pull request's reviews, oldest first."""
     hub = hub_of(request)
     repo = repo_of(request)
-    issue = pull_of(request, repo)
-    assert issue.pull is not None
-    page, headers = paginate(request, hub.public_url, issue.pull.reviews)
+    issue, pull = pull_of(request, repo)
+    page, headers = paginate(request, hub.public_url, pull.reviews)
     return json_response([hub.render.review(repo, issue, r) for r in page], headers=headers)
 
 
@@ -273,9 +268,7 @@ async def create_review(request: web.Request) -> web.Response:
     """Submit a review (APPROVE, REQUEST_CHANGES, COMMENT) with optional line comments."""
     hub = hub_of(request)
     repo = repo_of(request, write=True)
-    issue = pull_of(request, repo)
-    pull = issue.pull
-    assert pull is not None
+    issue, pull = pull_of(request, repo)
     body = await read_body(request, CreateReviewBody, "PullRequestReview")
     user = login_of(request)
     if body.event in ("APPROVE", "REQUEST_CHANGES") and user == issue.user:
@@ -344,7 +337,6 @@ async def list_review_comments(request: web.Request) -> web.Response:
     """List the review comments on a pull request's diff."""
     hub = hub_of(request)
     repo = repo_of(request)
-    issue = pull_of(request, repo)
-    assert issue.pull is not None
-    page, headers = paginate(request, hub.public_url, issue.pull.review_comments)
+    issue, pull = pull_of(request, repo)
+    page, headers = paginate(request, hub.public_url, pull.review_comments)
     return json_response([hub.render.review_comment(repo, issue, c) for c in page], headers=headers)

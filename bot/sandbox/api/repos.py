@@ -17,6 +17,7 @@ from bot.sandbox.rest import (
     invalid,
     json_response,
     not_found,
+    or_not_found,
     paginate,
     read_body,
     wants_diff,
@@ -97,9 +98,7 @@ async def compare(request: web.Request) -> web.StreamResponse:
     base, head = [await git.resolve(n) if n else None for n in names]
     if base is None or head is None:
         raise not_found()
-    merge_base = await git.merge_base(base, head)
-    if merge_base is None:
-        raise not_found()
+    merge_base = or_not_found(await git.merge_base(base, head))
     if wants_diff(request):
         return diff_response(await git.diff_text(merge_base, head))
     ahead, behind = await git.count(head, base), await git.count(base, head)
