@@ -56,15 +56,21 @@ class Decision(BaseModel):
 
 
 def spend(runs: Sequence[Run]) -> Spend:
-    """Return what the runs have spent, counting each classified run once."""
-    classified = [run.classification for run in runs if run.classification is not None]
+    """Return what the runs since a human last queued the issue have spent.
+
+    A run's charge is made when it is classified: a continuation is paid for by
+    the run that asks for it, an attempt by the run that failed.
+    """
+    fresh = [n for n, run in enumerate(runs) if run.queued_fresh]
+    since = runs[fresh[-1] :] if fresh else runs
+    classified = [run.classification for run in since if run.classification is not None]
     backoffs = 0
     for classification in reversed(classified):
         if classification.recovery is not Recovery.BACKOFF:
             break
         backoffs += 1
     return Spend(
-        continuations=sum(1 for run in runs if run.continuation_of is not None),
+        continuations=sum(1 for c in classified if c.charged_to is Budget.CONTINUATIONS),
         failed_attempts=sum(1 for c in classified if c.charged_to is Budget.ATTEMPTS),
         backoffs_in_a_row=backoffs,
         by_class=dict(
@@ -76,13 +82,13 @@ def spend(runs: Sequence[Run]) -> Spend:
 def decide(classification: Classification, spent: Spend, limits: Limits) -> Decision:
     """Return whether the classified run's recovery may go ahead within the issue's budgets.
 
-    spent already counts the classified run (its charge is made); a continuation
-    or requeue starts another continuation, so it needs one still unspent.
+    spent already counts the classified run: its charge is made, and the
+    recovery goes ahead while the charges stay within the budget.
     """
     recovery = classification.recovery
     name = classification.failure_class.value
     if recovery in (Recovery.CONTINUE, Recovery.REQUEUE):
-        if spent.continuations >= limits.max_continuations:
+        if spent.continuations > limits.max_continuations:
             return Decision(
                 action=Recovery.ESCALATE,
                 reason=f"{name}, and all {limits.max_continuations} continuations are spent",

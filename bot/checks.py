@@ -6,6 +6,8 @@ import enum
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from bot.render import CheckSummary
+
 _PASSING = frozenset({"success", "neutral", "skipped"})
 
 
@@ -45,3 +47,30 @@ def _suite_state(suite: Mapping[str, Any]) -> Verdict | None:
             return None
         return Verdict.PENDING
     return Verdict.GREEN if suite.get("conclusion") in _PASSING else Verdict.RED
+
+
+def failing_checks(
+    check_runs: Iterable[Mapping[str, Any]], combined_status: Mapping[str, Any] | None
+) -> list[CheckSummary]:
+    """Return what failed on a head: its failing check runs and commit statuses."""
+    failing = [
+        CheckSummary(
+            name=str(run.get("name", "check")),
+            conclusion=str(run.get("conclusion")),
+            title=str((run.get("output") or {}).get("title") or ""),
+            summary=str((run.get("output") or {}).get("summary") or ""),
+            text=str((run.get("output") or {}).get("text") or ""),
+        )
+        for run in check_runs
+        if run.get("status") == "completed" and run.get("conclusion") not in _PASSING
+    ]
+    failing += [
+        CheckSummary(
+            name=str(status.get("context", "status")),
+            conclusion=str(status.get("state")),
+            title=str(status.get("description") or ""),
+        )
+        for status in (combined_status or {}).get("statuses", [])
+        if status.get("state") in ("failure", "error")
+    ]
+    return failing

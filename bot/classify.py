@@ -22,6 +22,7 @@ Ending = Literal[
     "stopped",  # an operator stopped it
     "push-failed",
     "pr-failed",
+    "infra-failed",  # git, the GitHub API or the disk failed under the run
 ]
 
 
@@ -65,6 +66,7 @@ _DIRECT: dict[str, FailureClass] = {
     "stopped": FailureClass.ADMIN_KILL,
     "push-failed": FailureClass.DISPATCH_INFRA,
     "pr-failed": FailureClass.DISPATCH_INFRA,
+    "infra-failed": FailureClass.DISPATCH_INFRA,
 }
 
 # What the agent adapter said, for the stop reasons that do not depend on git facts.

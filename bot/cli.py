@@ -64,6 +64,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if unknown:
         raise CommandError(f"unknown queue(s) {sorted(unknown)}; Baton's queues are {QUEUES}")
     # Import the jobs once here, so each job's forked work horse starts with them loaded.
+    import jobs.labels
     import jobs.run
     import jobs.settle  # noqa: F401
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Sequence
+from datetime import timedelta
 
 import redis
 from pydantic import BaseModel, ConfigDict, TypeAdapter
-from rq import Queue
+from rq import Queue, Retry
 from rq.job import Job
 from rq.queue import EnqueueData
 
@@ -41,21 +43,35 @@ class JobSpec(BaseModel):
     job_id: str
     timeout_s: int
     description: str
+    retry_intervals_s: tuple[int, ...] = ()
 
 
 JOB_SPECS = TypeAdapter(list[JobSpec])
 
 
-def run_issue_job(settings: Settings, issue: IssueRef, delivery_id: str) -> JobSpec:
-    """Return the job for an attempt at an issue (it claims the issue: a duplicate is harmless)."""
+class RunMode(enum.StrEnum):
+    """How an attempt starts."""
+
+    FRESH = "fresh"  # a human queued the issue: it must still carry the queue label
+    CONTINUE = "continue"  # on the previous attempt's branch and PR
+    RETRY = "retry"  # a new attempt from the base branch
+
+
+def run_issue_job(
+    settings: Settings, issue: IssueRef, key: str, mode: RunMode = RunMode.FRESH, after: int = 0
+) -> JobSpec:
+    """Return the job for an attempt at an issue (it claims the issue: a duplicate is harmless).
+
+    key makes the job id: the delivery id for a fresh run, the attempt it follows otherwise.
+    """
     return JobSpec(
         queue=AGENTS,
         func="jobs.run.run_issue",
-        args=(issue.installation_id, issue.repo, issue.number),
-        job_id=job_id("run", issue.repo, issue.number, delivery_id),
+        args=(issue.installation_id, issue.repo, issue.number, mode.value, after),
+        job_id=job_id("run", issue.repo, issue.number, mode.value, key),
         # Longer than the agent's own cap, so the run ends itself and reports why.
         timeout_s=int(settings.agent_wall_clock_seconds) + 15 * 60,
-        description=f"run {issue}",
+        description=f"{mode.value} run {issue}",
     )
 
 
@@ -68,6 +84,55 @@ def settle_head_job(installation_id: int, repo: str, head_sha: str) -> JobSpec:
         job_id=job_id("settle", repo, head_sha),
         timeout_s=SETTLE_TIMEOUT_S,
         description=f"settle {repo}@{head_sha[:12]}",
+    )
+
+
+def review_job(installation_id: int, repo: str, pull: int, review_id: int, author: str) -> JobSpec:
+    """Return the job that sends a pull request's requested changes back to the agent."""
+    return JobSpec(
+        queue=EVENTS,
+        func="jobs.settle.settle_review",
+        args=(installation_id, repo, pull, review_id, author),
+        job_id=job_id("review", repo, pull, review_id),
+        timeout_s=SETTLE_TIMEOUT_S,
+        description=f"review {repo}#{pull}",
+    )
+
+
+def pull_closed_job(installation_id: int, repo: str, pull: int, merged: bool) -> JobSpec:
+    """Return the job that ends the run of a merged or closed pull request."""
+    return JobSpec(
+        queue=EVENTS,
+        func="jobs.settle.settle_pull_closed",
+        args=(installation_id, repo, pull, int(merged)),
+        job_id=job_id("closed", repo, pull, "merged" if merged else "unmerged"),
+        timeout_s=SETTLE_TIMEOUT_S,
+        description=f"{'merged' if merged else 'closed'} {repo}#{pull}",
+    )
+
+
+def issue_closed_job(issue: IssueRef) -> JobSpec:
+    """Return the job that stops the work on an issue a human closed."""
+    return JobSpec(
+        queue=EVENTS,
+        func="jobs.settle.settle_issue_closed",
+        args=(issue.installation_id, issue.repo, issue.number),
+        job_id=job_id("issue-closed", issue.repo, issue.number),
+        timeout_s=SETTLE_TIMEOUT_S,
+        description=f"issue closed {issue}",
+    )
+
+
+def sync_labels_job(issue: IssueRef) -> JobSpec:
+    """Return the job that applies the issue's recorded Baton label, retrying for minutes."""
+    return JobSpec(
+        queue=EVENTS,
+        func="jobs.labels.sync_labels",
+        args=(issue.installation_id, issue.repo, issue.number),
+        job_id=job_id("labels", issue.repo, issue.number),
+        timeout_s=SETTLE_TIMEOUT_S,
+        description=f"labels {issue}",
+        retry_intervals_s=(5, 15, 60, 120, 300, 600, 1200),
     )
 
 
@@ -103,6 +168,9 @@ class Dispatcher:
                     result_ttl=RESULT_TTL_S,
                     failure_ttl=FAILURE_TTL_S,
                     description=spec.description,
+                    retry=Retry(len(spec.retry_intervals_s), list(spec.retry_intervals_s))
+                    if spec.retry_intervals_s
+                    else None,
                 )
             )
         with self.connection.pipeline() as pipe:
@@ -110,11 +178,26 @@ class Dispatcher:
                 self.queues[name].enqueue_many(datas, pipeline=pipe)
             pipe.execute()
 
-    def settle_head(self, installation_id: int, repo: str, head_sha: str) -> str:
-        """Enqueue settlement of head_sha now; return the job id."""
-        spec = settle_head_job(installation_id, repo, head_sha)
-        self.enqueue([spec])
-        return spec.job_id
+    def enqueue_later(self, spec: JobSpec, delay_s: float) -> None:
+        """Enqueue a job after delay_s seconds (RQ's scheduler, run by the workers, moves it)."""
+        self.queues[spec.queue].enqueue_in(
+            timedelta(seconds=delay_s),
+            spec.func,
+            *spec.args,
+            job_id=spec.job_id,
+            job_timeout=spec.timeout_s,
+            result_ttl=RESULT_TTL_S,
+            failure_ttl=FAILURE_TTL_S,
+            description=spec.description,
+        )
+
+    def settle_head(self, installation_id: int, repo: str, head_sha: str) -> None:
+        """Enqueue settlement of head_sha now."""
+        self.enqueue([settle_head_job(installation_id, repo, head_sha)])
+
+    def sync_labels(self, issue: IssueRef) -> None:
+        """Enqueue applying the issue's recorded Baton label, with retries."""
+        self.enqueue([sync_labels_job(issue)])
 
     def depths(self) -> dict[str, int]:
         """Return how many jobs wait on each queue."""

@@ -24,3 +24,28 @@ def settle_checks(run: Run, head_sha: str, verdict: Verdict, at: datetime) -> Ru
             update={"failure_class": "checks-failed", "reason": "the pull request's checks failed"}
         )
     return None
+
+
+def request_changes(run: Run, review_id: int, author: str, at: datetime) -> Run | None:
+    """Return the run failed by a review that requested changes, or None if it does not apply.
+
+    Only a pushed run still awaiting its verdict or review moves; the same review
+    delivered twice, or one for a run that already moved on, changes nothing.
+    """
+    if run.state not in (RunState.PUSHED_PENDING, RunState.PUSHED_GREEN):
+        return None
+    failed = run.moved(RunState.FAILED, at, note=f"changes requested by @{author}")
+    return failed.model_copy(
+        update={
+            "failure_class": "changes-requested",
+            "reason": f"@{author} requested changes",
+            "review_id": review_id,
+        }
+    )
+
+
+def close_pull(run: Run, merged: bool, at: datetime) -> Run | None:
+    """Return the run ended by its pull request being merged or closed, or None if it had been."""
+    if run.state in (RunState.MERGED, RunState.CLOSED):
+        return None
+    return run.moved(RunState.MERGED if merged else RunState.CLOSED, at)

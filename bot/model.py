@@ -193,6 +193,12 @@ class Run(BaseModel):
     continuation_of: int | None = Field(
         default=None, description="the attempt this one continues on the same branch"
     )
+    review_id: int | None = Field(
+        default=None, description="the review that requested changes, for the next brief"
+    )
+    queued_fresh: bool = Field(
+        default=True, description="a human queued it (budgets start again from here)"
+    )
     failure_class: str | None = None
     reason: str | None = None
     classification: Classification | None = None

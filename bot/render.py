@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from pydantic import BaseModel, ConfigDict
+
+from bot.budget import Limits, Spend
 from bot.model import Run, RunState
 
 STATUS_MARKER = "<!-- baton:status -->"
+ESCALATION_MARKER = "<!-- baton:escalation -->"
+CHECK_TEXT_LIMIT = 3000
 
 _STATE_WORDS = {
     RunState.CLAIMED: "Claimed: getting ready to work on this issue.",
@@ -43,19 +48,113 @@ def duration(delta: timedelta) -> str:
     return f"{hours}h {minutes:02d}m"
 
 
-def brief(title: str, body: str | None, issue: str, attempt: int) -> str:
-    """Return the brief an agent reads: the issue as data, then how to work."""
-    return (
-        f"# Issue {issue}: {title}\n\n"
-        f"Attempt {attempt}.\n\n"
-        "## The issue, as its author wrote it\n\n"
-        f"{(body or '').strip() or '(The issue has no description.)'}\n\n"
-        f"{BRIEF_INSTRUCTIONS}"
-    )
+class CheckSummary(BaseModel):
+    """One failing check, as its app reported it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    conclusion: str
+    title: str = ""
+    summary: str = ""
+    text: str = ""
 
 
-def status_comment(run: Run, now: datetime) -> str:
-    """Return the issue's status comment for the run's current state."""
+class ReviewComment(BaseModel):
+    """One line comment of a review."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    line: int | None
+    body: str
+
+
+class ReviewSummary(BaseModel):
+    """A review that requested changes."""
+
+    model_config = ConfigDict(frozen=True)
+
+    author: str
+    body: str
+    comments: tuple[ReviewComment, ...] = ()
+
+
+class Continuation(BaseModel):
+    """Why an attempt continues its predecessor's work, for the brief."""
+
+    model_config = ConfigDict(frozen=True)
+
+    previous: Run
+    failing_checks: tuple[CheckSummary, ...] = ()
+    review: ReviewSummary | None = None
+
+
+def brief(
+    title: str,
+    body: str | None,
+    issue: str,
+    attempt: int,
+    max_runs: int,
+    continuation: Continuation | None = None,
+) -> str:
+    """Return the brief an agent reads: the issue as data, what happened before, how to work."""
+    parts = [
+        f"# Issue {issue}: {title}",
+        f"Attempt {attempt} of {max_runs}.",
+        "## The issue, as its author wrote it",
+        (body or "").strip() or "(The issue has no description.)",
+    ]
+    if continuation is not None:
+        parts += _continuation_sections(continuation)
+    return "\n\n".join(parts) + "\n\n" + BRIEF_INSTRUCTIONS
+
+
+def _continuation_sections(continuation: Continuation) -> list[str]:
+    previous = continuation.previous
+    why = previous.classification.evidence if previous.classification else previous.reason
+    sections = [
+        "## Where the previous attempt stopped",
+        f"Attempt {previous.attempt} pushed `{previous.branch}`"
+        + (f" at {previous.head_sha[:12]}" if previous.head_sha else "")
+        + (f" and opened {previous.pr_url}" if previous.pr_url else "")
+        + f". It ended as {previous.failure_class or previous.state.value} ({why}).",
+        "You are on the same branch, with its work checked out. Build on it; do not start over.",
+    ]
+    report = previous.agent_result.result_text if previous.agent_result else None
+    if report:
+        sections += ["### The previous attempt's report", report.strip()]
+    if continuation.failing_checks:
+        sections.append("## Failing checks\n\nMake these pass:")
+        sections += [_check_section(check) for check in continuation.failing_checks]
+    if continuation.review is not None:
+        sections += _review_sections(continuation.review)
+    return sections
+
+
+def _check_section(check: CheckSummary) -> str:
+    lines = [f"### {check.name}: {check.conclusion}"]
+    lines += [part for part in (check.title, check.summary) if part]
+    if check.text:
+        text = check.text[-CHECK_TEXT_LIMIT:]
+        lines.append(f"```\n{text.strip()}\n```")
+    return "\n\n".join(lines)
+
+
+def _review_sections(review: ReviewSummary) -> list[str]:
+    sections = [
+        "## Changes requested by a reviewer",
+        f"@{review.author} wrote:\n\n{review.body.strip() or '(no summary)'}",
+    ]
+    sections += [
+        f"- `{c.path}`" + (f" line {c.line}" if c.line else "") + f": {c.body.strip()}"
+        for c in review.comments
+    ]
+    return sections
+
+
+def status_comment(run: Run, now: datetime, next_step: str | None = None) -> str:
+    """Return the issue's status comment for the run's current state (short: the PR has more)."""
     lines = [
         STATUS_MARKER,
         f"**Baton** · attempt {run.attempt} · {run.state.value}",
@@ -64,9 +163,90 @@ def status_comment(run: Run, now: datetime) -> str:
     ]
     if run.reason:
         lines += ["", f"Reason: {run.reason}"]
+    if next_step:
+        lines += ["", f"Next: {next_step}"]
     if run.pr_url:
-        lines += ["", f"Pull request: {run.pr_url}"]
+        lines += ["", f"Pull request: {run.pr_url} (its status comment has the history)"]
     lines += ["", f"Branch `{run.branch}` · {duration(run.wall_clock(now))} so far"]
+    return "\n".join(lines)
+
+
+def pull_status_comment(
+    runs: list[Run], checks: list[CheckSummary], next_step: str, now: datetime
+) -> str:
+    """Return the PR's status comment: where it stands, what comes next, checks, history."""
+    current = runs[-1]
+    lines = [
+        STATUS_MARKER,
+        f"**Baton** · attempt {current.attempt} · {current.state.value}",
+        "",
+        _STATE_WORDS[current.state],
+        "",
+        f"Next: {next_step}",
+    ]
+    if checks:
+        lines += ["", "Latest checks:", ""]
+        lines += [
+            f"- {c.name}: {c.conclusion}" + (f" ({c.title})" if c.title else "") for c in checks
+        ]
+    lines += [
+        "",
+        "| attempt | result | duration | turns | cost | head |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [_history_row(run, now) for run in runs]
+    return "\n".join(lines)
+
+
+def _history_row(run: Run, now: datetime) -> str:
+    result = run.failure_class or run.state.value
+    agent = run.agent_result
+    turns = str(agent.turns) if agent and agent.turns is not None else "-"
+    cost = f"${agent.cost_usd:.2f}" if agent and agent.cost_usd is not None else "-"
+    head = f"`{run.head_sha[:7]}`" if run.head_sha else "-"
+    return (
+        f"| {run.attempt} | {result} | {duration(run.wall_clock(now))} | {turns} | {cost} "
+        f"| {head} |"
+    )
+
+
+def escalation_comment(
+    reason: str,
+    spent: Spend,
+    limits: Limits,
+    work: Run | None,
+    mentions: list[str],
+) -> str:
+    """Return the one comment that tells a human Baton stopped, why, and what they can do."""
+    lines = [
+        ESCALATION_MARKER,
+        f"**Baton stopped working on this issue**: {reason}.",
+        "",
+        "| budget | spent | cap |",
+        "|---|---|---|",
+        f"| failed attempts | {spent.failed_attempts} | {limits.max_attempts} |",
+        f"| continuations | {spent.continuations} | {limits.max_continuations} |",
+    ]
+    if spent.by_class:
+        breakdown = ", ".join(f"{name}: {count}" for name, count in sorted(spent.by_class.items()))
+        lines += ["", f"What spent them: {breakdown}."]
+    lines.append("")
+    if work is not None and work.head_sha:
+        where = f"`{work.branch}` at `{work.head_sha[:12]}`"
+        pr = f", pull request {work.pr_url}" if work.pr_url else ""
+        lines.append(f"Work to continue from: {where}{pr} (attempt {work.attempt}).")
+    else:
+        lines.append("There is no work to continue from: no attempt pushed anything.")
+    lines += [
+        "",
+        "What you can do:",
+        "- Re-scope the issue (say more precisely what is wanted), then add the queue "
+        "label again: a fresh run starts with fresh budgets.",
+        "- Raise the budgets (`BATON_MAX_ATTEMPTS`, `BATON_MAX_CONTINUATIONS`) for every issue.",
+        "- Finish it by hand" + (" from the branch above." if work and work.head_sha else "."),
+    ]
+    if mentions:
+        lines += ["", " ".join(f"@{login}" for login in mentions)]
     return "\n".join(lines)
 
 

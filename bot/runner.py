@@ -1,10 +1,9 @@
-"""One attempt at one issue, from claim to pull request, and its settlement by checks."""
+"""One attempt at one issue: claim, worktree, agent, push, pull request."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -13,44 +12,27 @@ from gidgethub import HTTPException
 
 from bot import render
 from bot.agents import AgentConfigError, AgentRequest, adapter_for
-from bot.checks import Verdict, checks_verdict
-from bot.dispatch import Dispatcher
-from bot.git import Git, GitError, Identity, Workspace, branch_name
+from bot.checks import failing_checks
+from bot.classify import Ending, RunFacts
+from bot.dispatch import RunMode
+from bot.git import GitError, branch_name
 from bot.github import GitHubApp, GitHubClient, github_app
-from bot.lifecycle import settle_checks
+from bot.labels import set_state_label
 from bot.model import AgentResult, IssueRef, Run, RunState, utcnow
-from bot.settings import Settings
-from bot.store import LOCK_TTL_MS, Claim, LockLost, Store
-from bot.tracker import (
-    label_names,
-    open_or_update_pr,
-    pr_files,
-    read_issue,
-    swap_labels,
-    write_status_comment,
-)
+from bot.recovery import Services, conclude, report
+from bot.render import Continuation, ReviewComment, ReviewSummary
+from bot.store import LOCK_TTL_MS, Claim, LockLost
+from bot.tracker import label_names, open_or_update_pr, pr_files, read_issue, read_pull
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = LOCK_TTL_MS / 1000 / 3
+STOP_POLL_S = 1.0
 
 
-@dataclass(frozen=True)
-class Services:
-    """What a job needs from its process: settings, state, and the queues."""
-
-    settings: Settings
-    store: Store
-    dispatch: Dispatcher
-
-    @property
-    def workspace(self) -> Workspace:
-        """Return the mirrors and worktrees under the data directory."""
-        identity = Identity(self.settings.git_author_name, self.settings.git_author_email)
-        return Workspace(Git(identity), self.settings.data_dir)
-
-
-async def run_issue(services: Services, issue: IssueRef) -> Run | None:
+async def run_issue(
+    services: Services, issue: IssueRef, mode: RunMode = RunMode.FRESH, after: int = 0
+) -> Run | None:
     """Claim the issue and run one attempt at it; None when there was nothing to do."""
     claim = services.store.claim(issue)
     if claim is None:
@@ -62,66 +44,123 @@ async def run_issue(services: Services, issue: IssueRef) -> Run | None:
         return None
     try:
         async with github_app(services.settings, services.store) as app:
-            return await _Attempt(services, app, claim).execute()
+            return await _Attempt(services, app, claim, mode, after).execute()
     finally:
         services.store.release(claim)
+
+
+async def inherit_open_pr(gh: GitHubClient, previous: Run) -> dict[str, Any]:
+    """Return the predecessor's PR fields for a continuation, if that PR is still open.
+
+    Asked of GitHub at claim time, not assumed: a closed or merged PR is never
+    carried onto a new attempt, and an unreadable one is not either (the
+    attempt links whatever PR is open for its branch when it pushes).
+    """
+    if previous.pr_number is None:
+        return {}
+    try:
+        pull = await read_pull(gh, previous.issue.repo, previous.pr_number)
+    except HTTPException as exc:
+        log.warning(
+            "%s: cannot read PR #%d (%s); not inheriting it",
+            previous.issue,
+            previous.pr_number,
+            exc,
+        )
+        return {}
+    if pull["state"] != "open" or pull["head"]["ref"] != previous.branch:
+        log.info(
+            "%s: PR #%d is %s; not inheriting it",
+            previous.issue,
+            previous.pr_number,
+            "merged" if pull.get("merged") else pull["state"],
+        )
+        return {}
+    return {"pr_number": previous.pr_number, "pr_url": previous.pr_url}
 
 
 class _Attempt:
     """The work of one claimed attempt; every write is fenced by the claim."""
 
-    def __init__(self, services: Services, app: GitHubApp, claim: Claim) -> None:
+    def __init__(
+        self, services: Services, app: GitHubApp, claim: Claim, mode: RunMode, after: int
+    ) -> None:
         self.services = services
         self.settings = services.settings
         self.store = services.store
         self.app = app
         self.claim = claim
         self.issue = claim.issue
+        self.mode = mode
+        self.after = after
+        self.stopped = False
 
     async def execute(self) -> Run | None:
         await self.app.learn_bot_login()  # so the web process can tell Baton's own events apart
         gh = await self.app.for_installation(self.issue.installation_id)
         data = await read_issue(gh, self.issue)
         labels = label_names(data)
-        if "pull_request" in data or data["state"] != "open":
-            log.info("%s: not an open issue; nothing to run", self.issue)
-            return None
-        if self.settings.queue_label not in labels:
-            # The label was withdrawn, or an earlier run already took the issue off the queue.
-            log.info(
-                "%s: no longer carries %s; not starting", self.issue, self.settings.queue_label
-            )
+        try:
+            previous = self._predecessor(data, labels)
+        except _NotNow as why:
+            log.info("%s: not starting a %s run: %s", self.issue, self.mode.value, why)
             return None
         attempt = self.store.next_attempt(self.claim)
-        run = Run.claimed(
-            self.issue, attempt, branch_name(self.issue.number, data["title"]), utcnow()
+        branch = previous.branch if previous else branch_name(self.issue.number, data["title"])
+        run = Run.claimed(self.issue, attempt, branch, utcnow()).model_copy(
+            update={
+                "continuation_of": previous.attempt
+                if previous and self.mode is RunMode.CONTINUE
+                else None,
+                "queued_fresh": self.mode is RunMode.FRESH,
+            }
         )
+        if self.mode is RunMode.CONTINUE and previous is not None:
+            run = run.model_copy(update=await inherit_open_pr(gh, previous))
         self.store.save_run(run, self.claim)
+        self.store.clear_stop(self.issue)
         self.store.mark("dispatch", utcnow())
-        log.info("%s: attempt %d claimed on %s", self.issue, attempt, run.branch)
+        log.info("%s: attempt %d (%s) claimed on %s", self.issue, attempt, self.mode.value, branch)
         # In-progress goes on before any work starts: a crash never makes it look unclaimed.
-        await swap_labels(
+        await set_state_label(
             gh,
+            self.store,
+            self.services.dispatch,
+            self.settings,
             self.issue,
-            add=self.settings.in_progress_label,
-            remove=labels & self._state_labels(),
+            self.settings.in_progress_label,
+            labels,
         )
-        await self._report(gh, run)
+        await report(self.services, gh, run)
         heartbeat = asyncio.create_task(self._heartbeat())
         try:
-            return await self._work(gh, run, data)
-        except (GitError, HTTPException, AgentConfigError, OSError) as exc:
-            return await self._finish(gh, run, RunState.FAILED, "infrastructure", _one_line(exc))
+            return await self._work(gh, run, data, previous)
         except LockLost:
             log.warning("%s: lost the issue's lock; stopping without touching GitHub", self.issue)
             return None
-        except Exception as exc:
-            await self._finish(gh, run, RunState.FAILED, "internal-error", _one_line(exc))
-            raise
+        except (GitError, HTTPException, AgentConfigError, OSError) as exc:
+            return await self._end(gh, run, "infra-failed", RunState.FAILED, _one_line(exc))
         finally:
             heartbeat.cancel()
 
-    async def _work(self, gh: GitHubClient, run: Run, data: dict[str, Any]) -> Run:
+    def _predecessor(self, data: dict[str, Any], labels: set[str]) -> Run | None:
+        """Return the run this attempt follows (None for a fresh one); raise _NotNow to skip."""
+        if "pull_request" in data or data["state"] != "open":
+            raise _NotNow("not an open issue")
+        if self.mode is RunMode.FRESH:
+            if self.settings.queue_label not in labels:
+                raise _NotNow(f"it no longer carries {self.settings.queue_label}")
+            return None
+        latest = self.store.latest_run(self.issue)
+        if latest is None or latest.attempt != self.after or latest.classification is None:
+            raise _NotNow(f"attempt {self.after} is not the latest, concluded attempt")
+        if not labels & self.settings.active_labels:
+            raise _NotNow("a maintainer withdrew it")
+        return latest
+
+    async def _work(
+        self, gh: GitHubClient, run: Run, data: dict[str, Any], previous: Run | None
+    ) -> Run | None:
         repo = await gh.getitem("/repos/{+repo}", {"repo": self.issue.repo})
         base, clone_url = str(repo["default_branch"]), str(repo["clone_url"])
         run = self._move(run, RunState.PROVISIONING)
@@ -129,51 +168,61 @@ class _Attempt:
         token = await self.app.installation_token(self.issue.installation_id)
         mirror = await workspace.refresh_mirror(self.issue.repo, clone_url, token)
         base_sha = await workspace.rev_parse(mirror, f"refs/remotes/origin/{base}")
-        remote_branch = await workspace.remote_branch(self.issue.repo, run.branch)
-        worktree = await workspace.provision(
-            self.issue.repo, self.issue.number, run.branch, base_sha
-        )
+        remote_tip = await workspace.remote_branch(self.issue.repo, run.branch)
+        start = remote_tip if remote_tip and run.continuation_of is not None else base_sha
+        worktree = await workspace.provision(self.issue.repo, self.issue.number, run.branch, start)
         run = self._move(run, RunState.RUNNING, base_branch=base, base_sha=base_sha)
-        await self._report(gh, run)
+        await report(self.services, gh, run)
 
-        result = await self._run_agent(run, worktree, data)
+        continuation = await self._continuation(gh, previous) if run.continuation_of else None
+        result = await self._run_agent(run, worktree, data, continuation)
         run = run.model_copy(update={"agent_result": result})
         await workspace.commit_leftovers(
             worktree, f"Work on #{self.issue.number} (Baton, attempt {run.attempt})"
         )
+        new_commits = await workspace.commits_since(worktree, start)
+        changed = await workspace.has_diff(worktree, base_sha)
+        if new_commits:
+            # Pushed even when the agent stopped short: a continuation builds on it, here or
+            # on another machine, and an operator's stop keeps the work.
+            head_sha = await workspace.rev_parse(worktree, "HEAD")
+            # Recorded before the push, so a check result that races the PR finds its run.
+            run = self._move(run, run.state, head_sha=head_sha)
+            self._ensure_claim()
+            token = await self.app.installation_token(self.issue.installation_id)
+            try:
+                await workspace.push(worktree, clone_url, run.branch, token, remote_tip)
+            except GitError as exc:
+                return await self._end(
+                    gh,
+                    run,
+                    "push-failed",
+                    RunState.FAILED,
+                    f"pushing {run.branch} failed: {_one_line(exc)}",
+                )
+        if result.stop_reason == "cancelled":
+            return await self._end(
+                gh, run, "stopped", RunState.KILLED, "stopped by a maintainer", new_commits
+            )
         if result.status != "success":
-            return await self._finish(
+            return await self._end(
                 gh,
                 run,
+                "agent",
                 RunState.FAILED,
-                result.failure_class or "agent-error",
                 result.result_text or result.stop_reason,
+                new_commits,
             )
-        if not await workspace.has_diff(worktree, base_sha):
-            return await self._finish(
-                gh,
-                run,
-                RunState.NO_CHANGE,
-                "no-change",
-                "the agent finished without changing any file",
+        if not new_commits or not changed:
+            return await self._end(
+                gh, run, "agent", RunState.NO_CHANGE, "the agent finished without changing any file"
             )
+        return await self._open_pull(gh, run, data, result, base)
 
-        head_sha = await workspace.rev_parse(worktree, "HEAD")
-        # Recorded before the push, so a check result that races the PR still finds its run.
-        run = self._move(run, RunState.RUNNING, head_sha=head_sha)
-        self._ensure_claim()
-        token = await self.app.installation_token(self.issue.installation_id)
-        try:
-            await workspace.push(worktree, clone_url, run.branch, token, remote_branch)
-        except GitError as exc:
-            return await self._finish(
-                gh,
-                run,
-                RunState.FAILED,
-                "push-failed",
-                f"pushing {run.branch} failed: {_one_line(exc)}",
-            )
-        report = result.result_text or ""
+    async def _open_pull(
+        self, gh: GitHubClient, run: Run, data: dict[str, Any], result: AgentResult, base: str
+    ) -> Run | None:
+        report_text = result.result_text or ""
         title = render.pr_title(str(data["title"]), self.issue.number)
         try:
             pr = await open_or_update_pr(
@@ -182,16 +231,16 @@ class _Attempt:
                 branch=run.branch,
                 base=base,
                 title=title,
-                body=render.pr_body(run, report, None),
+                body=render.pr_body(run, report_text, None),
             )
             files = await pr_files(gh, self.issue.repo, int(pr["number"]))
-            await gh.patch(pr["url"], data={"body": render.pr_body(run, report, files)})
+            await gh.patch(pr["url"], data={"body": render.pr_body(run, report_text, files)})
         except HTTPException as exc:
-            return await self._finish(
+            return await self._end(
                 gh,
                 run,
-                RunState.FAILED,
                 "pr-failed",
+                RunState.FAILED,
                 f"opening the pull request failed: {_one_line(exc)}",
             )
         run = self._move(
@@ -201,13 +250,52 @@ class _Attempt:
             pr_url=str(pr["html_url"]),
             changed_files=files,
         )
-        await self._report(gh, run)
+        await report(self.services, gh, run)
         # Checks may have finished before the run was recorded as pushed; look once now.
-        self.services.dispatch.settle_head(self.issue.installation_id, self.issue.repo, head_sha)
-        log.info("%s: attempt %d opened %s", self.issue, run.attempt, run.pr_url)
+        assert run.head_sha is not None
+        self.services.dispatch.settle_head(
+            self.issue.installation_id, self.issue.repo, run.head_sha
+        )
+        log.info(
+            "%s: attempt %d pushed %s to %s", self.issue, run.attempt, run.head_sha[:12], run.pr_url
+        )
         return run
 
-    async def _run_agent(self, run: Run, worktree: Path, data: dict[str, Any]) -> AgentResult:
+    async def _continuation(self, gh: GitHubClient, previous: Run | None) -> Continuation | None:
+        """Return what the agent needs to know about the attempt it continues."""
+        if previous is None:
+            return None
+        checks = []
+        if previous.failure_class == "checks-failed" and previous.head_sha:
+            url_vars = {"repo": self.issue.repo, "sha": previous.head_sha}
+            runs = await gh.getitem("/repos/{+repo}/commits/{sha}/check-runs", url_vars)
+            status = await gh.getitem("/repos/{+repo}/commits/{sha}/status", url_vars)
+            checks = failing_checks(runs["check_runs"], status)
+        review = None
+        if previous.review_id is not None and previous.pr_number is not None:
+            review = await self._review(gh, previous.pr_number, previous.review_id)
+        return Continuation(previous=previous, failing_checks=tuple(checks), review=review)
+
+    async def _review(self, gh: GitHubClient, pull: int, review_id: int) -> ReviewSummary | None:
+        url_vars: dict[str, str | int] = {"repo": self.issue.repo, "number": pull}
+        reviews = [r async for r in gh.getiter("/repos/{+repo}/pulls/{number}/reviews", url_vars)]
+        found = next((r for r in reviews if r["id"] == review_id), None)
+        if found is None:
+            return None
+        comments = [
+            ReviewComment(path=str(c["path"]), line=c.get("line"), body=str(c["body"]))
+            async for c in gh.getiter("/repos/{+repo}/pulls/{number}/comments", url_vars)
+            if c.get("pull_request_review_id") == review_id
+        ]
+        return ReviewSummary(
+            author=str(found["user"]["login"]),
+            body=str(found.get("body") or ""),
+            comments=tuple(comments),
+        )
+
+    async def _run_agent(
+        self, run: Run, worktree: Path, data: dict[str, Any], continuation: Continuation | None
+    ) -> AgentResult:
         run_dir = (
             self.settings.data_dir
             / "runs"
@@ -218,7 +306,14 @@ class _Attempt:
         run_dir.mkdir(parents=True, exist_ok=True)
         brief_path = run_dir / "brief.md"
         brief_path.write_text(
-            render.brief(str(data["title"]), data.get("body"), str(self.issue), run.attempt)
+            render.brief(
+                str(data["title"]),
+                data.get("body"),
+                str(self.issue),
+                run.attempt,
+                self.settings.limits.max_runs,
+                continuation,
+            )
         )
         home = self.settings.data_dir / "agent-home"
         home.mkdir(parents=True, exist_ok=True)
@@ -233,11 +328,35 @@ class _Attempt:
             home=home,
             passthrough_env=tuple(self.settings.agent_passthrough_env),
         )
-        return await adapter_for(self.settings).run(request)
+        agent = asyncio.create_task(adapter_for(self.settings).run(request))
+        watch = asyncio.create_task(self._watch_for_stop(agent))
+        try:
+            return await agent
+        except asyncio.CancelledError:
+            if not self.stopped:
+                raise
+            now = utcnow()
+            return AgentResult(
+                agent=self.settings.agent,
+                status="failed",
+                stop_reason="cancelled",
+                started_at=now,
+                ended_at=now,
+                transcript_path=request.transcript_path,
+                stderr_path=request.stderr_path,
+                result_text="stopped by a maintainer",
+            )
+        finally:
+            watch.cancel()
 
-    def _state_labels(self) -> set[str]:
-        s = self.settings
-        return {s.queue_label, s.in_progress_label, s.review_label, s.failed_label}
+    async def _watch_for_stop(self, agent: asyncio.Task[AgentResult]) -> None:
+        while not agent.done():
+            await asyncio.sleep(STOP_POLL_S)
+            if self.store.stop_requested(self.issue):
+                log.warning("%s: a maintainer stopped the run; stopping the agent", self.issue)
+                self.stopped = True
+                agent.cancel()
+                return
 
     def _move(self, run: Run, state: RunState, **fields: Any) -> Run:
         moved = run if state is run.state else run.moved(state, utcnow())
@@ -249,26 +368,26 @@ class _Attempt:
         if not self.store.heartbeat(self.claim):
             raise LockLost(f"{self.issue}: the lock expired")
 
-    async def _finish(
-        self, gh: GitHubClient, run: Run, state: RunState, failure_class: str, reason: str
-    ) -> Run:
-        log.warning(
-            "%s: attempt %d ended %s (%s): %s",
-            self.issue,
-            run.attempt,
-            state.value,
-            failure_class,
-            reason,
+    async def _end(
+        self,
+        gh: GitHubClient,
+        run: Run,
+        ending: Ending,
+        state: RunState,
+        reason: str,
+        new_commits: int = 0,
+    ) -> Run | None:
+        run = self._move(run, state, reason=reason)
+        agent = run.agent_result
+        facts = RunFacts(
+            ending=ending,
+            stop_reason=agent.stop_reason if agent and ending in ("agent", "stopped") else None,
+            new_commits=new_commits,
+            resets_at=agent.resets_at if agent else None,
+            detail=reason,
         )
-        run = self._move(run, state, failure_class=failure_class, reason=reason)
-        await swap_labels(
-            gh, self.issue, add=self.settings.failed_label, remove={self.settings.in_progress_label}
-        )
-        await self._report(gh, run)
-        return run
-
-    async def _report(self, gh: GitHubClient, run: Run) -> None:
-        await write_status_comment(gh, self.store, self.issue, render.status_comment(run, utcnow()))
+        log.warning("%s: attempt %d ended %s: %s", self.issue, run.attempt, state.value, reason)
+        return await conclude(self.services, gh, run, facts)
 
     async def _heartbeat(self) -> None:
         while True:
@@ -278,40 +397,8 @@ class _Attempt:
                 return
 
 
-async def settle_head(
-    services: Services, installation_id: int, repo: str, head_sha: str
-) -> Run | None:
-    """Settle the run that pushed head_sha from the head's check results, if they are final."""
-    found = services.store.run_for_head(repo, head_sha)
-    if found is None:
-        return None
-    issue, attempt = found
-    run = services.store.run(issue, attempt)
-    if run is None or run.state is not RunState.PUSHED_PENDING or run.head_sha != head_sha:
-        return None
-    settings = services.settings
-    async with github_app(settings, services.store) as app:
-        gh = await app.for_installation(installation_id)
-        url_vars = {"repo": repo, "sha": head_sha}
-        suites = await gh.getitem("/repos/{+repo}/commits/{sha}/check-suites", url_vars)
-        status = await gh.getitem("/repos/{+repo}/commits/{sha}/status", url_vars)
-        verdict = checks_verdict(suites["check_suites"], status)
-        if verdict is Verdict.PENDING:
-            return None
-        settled = services.store.update_run(
-            issue, attempt, lambda current: settle_checks(current, head_sha, verdict, utcnow())
-        )
-        if settled is None:
-            return None  # someone else settled it first, or a newer head took over
-        add = settings.review_label if verdict is Verdict.GREEN else settings.failed_label
-        await swap_labels(gh, issue, add=add, remove={settings.in_progress_label})
-        await write_status_comment(
-            gh, services.store, issue, render.status_comment(settled, utcnow())
-        )
-        log.info(
-            "%s: attempt %d settled %s at %s", issue, attempt, settled.state.value, head_sha[:12]
-        )
-        return settled
+class _NotNow(Exception):
+    """The attempt should not start: the issue moved on, or a maintainer withdrew it."""
 
 
 def _one_line(exc: BaseException) -> str:

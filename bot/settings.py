@@ -9,6 +9,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from bot.budget import Limits
+
 
 class SettingsError(Exception):
     """A setting is missing or malformed; the message names the variable."""
@@ -45,7 +47,19 @@ class Settings(BaseSettings):
         default="baton:in-progress", validation_alias="BATON_IN_PROGRESS_LABEL"
     )
     review_label: str = Field(default="baton:review", validation_alias="BATON_REVIEW_LABEL")
-    failed_label: str = Field(default="baton:failed", validation_alias="BATON_FAILED_LABEL")
+    escalated_label: str = Field(
+        default="baton:escalated", validation_alias="BATON_ESCALATED_LABEL"
+    )
+    max_attempts: int = Field(default=3, ge=1, validation_alias="BATON_MAX_ATTEMPTS")
+    max_continuations: int = Field(default=3, ge=0, validation_alias="BATON_MAX_CONTINUATIONS")
+    backoff_base_seconds: float = Field(
+        default=60.0, gt=0, validation_alias="BATON_BACKOFF_BASE_SECONDS"
+    )
+    escalation_mentions: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        validation_alias="BATON_ESCALATION_MENTIONS",
+        description="Logins @mentioned in escalation comments, comma-separated.",
+    )
 
     agent: Literal["command"] = Field(default="command", validation_alias="BATON_AGENT")
     agent_command: str | None = Field(default=None, validation_alias="BATON_AGENT_COMMAND")
@@ -64,7 +78,7 @@ class Settings(BaseSettings):
         validation_alias="BATON_GIT_AUTHOR_EMAIL",
     )
 
-    @field_validator("agent_passthrough_env", mode="before")
+    @field_validator("agent_passthrough_env", "escalation_mentions", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         if isinstance(value, str):
@@ -110,6 +124,23 @@ class Settings(BaseSettings):
             "GITHUB_WEBHOOK_SECRET must be set: Baton refuses unsigned webhooks "
             "(set BATON_DEMO=1 only for a local demo)"
         )
+
+    @property
+    def state_labels(self) -> frozenset[str]:
+        """Return every label Baton uses to show where an issue stands."""
+        return frozenset(
+            {self.queue_label, self.in_progress_label, self.review_label, self.escalated_label}
+        )
+
+    @property
+    def active_labels(self) -> frozenset[str]:
+        """Return the labels of an issue Baton works on; a human removing them withdraws it."""
+        return frozenset({self.queue_label, self.in_progress_label, self.review_label})
+
+    @property
+    def limits(self) -> Limits:
+        """Return the budgets every issue gets."""
+        return Limits(max_attempts=self.max_attempts, max_continuations=self.max_continuations)
 
     @property
     def agent_wall_clock_seconds(self) -> float:

@@ -109,6 +109,13 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _run_address(repo: str, value: object) -> tuple[IssueRef, int] | None:
+    if value is None:
+        return None
+    installation, number, attempt = (int(part) for part in _text(value).split(":"))
+    return IssueRef(installation_id=installation, repo=repo, number=number), attempt
+
+
 def _run_key(issue: IssueRef, attempt: int) -> str:
     return _issue_key(issue, "run", str(attempt))
 
@@ -298,11 +305,11 @@ class Store:
 
     def run_for_head(self, repo: str, sha: str) -> tuple[IssueRef, int] | None:
         """Return the issue and attempt whose push produced this head sha."""
-        value = self.redis.get(f"{_PREFIX}:head:{repo}:{sha}")
-        if value is None:
-            return None
-        installation, number, attempt = (int(part) for part in str(value).split(":"))
-        return IssueRef(installation_id=installation, repo=repo, number=number), attempt
+        return _run_address(repo, self.redis.get(f"{_PREFIX}:head:{repo}:{sha}"))
+
+    def run_for_pull(self, repo: str, number: int) -> tuple[IssueRef, int] | None:
+        """Return the issue and the newest attempt that pushed to this pull request."""
+        return _run_address(repo, self.redis.get(f"{_PREFIX}:pull:{repo}:{number}"))
 
     def recent_runs(self, limit: int = 50) -> list[Run]:
         """Return the most recently started runs across all repositories, newest first."""
@@ -317,12 +324,12 @@ class Store:
         member = f"{issue.repo}:{issue.number}:run:{run.attempt}"
         pipe.zadd(f"{_PREFIX}:runs:recent", {member: run.started_at.timestamp()})
         pipe.zremrangebyrank(f"{_PREFIX}:runs:recent", 0, -RECENT_RUNS - 1)
+        where = f"{issue.installation_id}:{issue.number}:{run.attempt}"
         if run.head_sha is not None:
-            pipe.set(
-                f"{_PREFIX}:head:{issue.repo}:{run.head_sha}",
-                f"{issue.installation_id}:{issue.number}:{run.attempt}",
-                ex=RUN_TTL_S,
-            )
+            pipe.set(f"{_PREFIX}:head:{issue.repo}:{run.head_sha}", where, ex=RUN_TTL_S)
+        if run.pr_number is not None:
+            # The newest attempt on a PR wins: that is the run a review or merge concerns.
+            pipe.set(f"{_PREFIX}:pull:{issue.repo}:{run.pr_number}", where, ex=RUN_TTL_S)
 
     # Comments ------------------------------------------------------------
 
@@ -334,6 +341,49 @@ class Store:
     def set_status_comment(self, issue: IssueRef, comment_id: int) -> None:
         """Remember the issue's status comment so it is edited, never posted twice."""
         self.redis.set(_issue_key(issue, "status-comment"), comment_id)
+
+    def pull_status_comment(self, repo: str, number: int) -> int | None:
+        """Return the id of a pull request's status comment, if one was posted."""
+        value = self.redis.get(f"{_PREFIX}:pull:{repo}:{number}:status-comment")
+        return int(value) if value is not None else None
+
+    def set_pull_status_comment(self, repo: str, number: int, comment_id: int) -> None:
+        """Remember a pull request's status comment so it is edited, never posted twice."""
+        self.redis.set(f"{_PREFIX}:pull:{repo}:{number}:status-comment", comment_id)
+
+    def first_escalation(self, issue: IssueRef, reason: str, attempt: int) -> bool:
+        """Record an escalation; False if this one (issue, reason, attempt) was recorded before."""
+        key = _issue_key(issue, "escalated", str(attempt), reason)
+        return bool(self.redis.set(key, "1", nx=True, ex=RUN_TTL_S))
+
+    def forget_escalation(self, issue: IssueRef, reason: str, attempt: int) -> None:
+        """Forget an escalation whose comment could not be posted, so a retry posts it."""
+        self.redis.delete(_issue_key(issue, "escalated", str(attempt), reason))
+
+    # Labels: the outbox -------------------------------------------------
+
+    def set_desired_label(self, issue: IssueRef, label: str | None) -> None:
+        """Record which Baton state label the issue should carry (None: none of them)."""
+        self.redis.set(_issue_key(issue, "desired-label"), label or "")
+
+    def desired_label(self, issue: IssueRef) -> str | None:
+        """Return the Baton state label the issue should carry, if one was recorded."""
+        value = self.redis.get(_issue_key(issue, "desired-label"))
+        return (_text(value) or None) if value is not None else None
+
+    # Stop requests ------------------------------------------------------
+
+    def request_stop(self, issue: IssueRef) -> None:
+        """Ask whoever runs the issue to stop (an operator closed the issue)."""
+        self.redis.set(_issue_key(issue, "stop"), "1", ex=3600)
+
+    def stop_requested(self, issue: IssueRef) -> bool:
+        """Return whether an operator asked the issue's run to stop."""
+        return bool(self.redis.exists(_issue_key(issue, "stop")))
+
+    def clear_stop(self, issue: IssueRef) -> None:
+        """Forget a stop request once it was honoured (or a new run begins)."""
+        self.redis.delete(_issue_key(issue, "stop"))
 
     # Observability -------------------------------------------------------
 

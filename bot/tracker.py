@@ -9,7 +9,6 @@ from gidgethub import BadRequest
 
 from bot.github import GitHubClient
 from bot.model import IssueRef
-from bot.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -44,27 +43,45 @@ async def swap_labels(
                 raise
 
 
-async def write_status_comment(gh: GitHubClient, store: Store, issue: IssueRef, body: str) -> None:
-    """Create the issue's status comment once, then edit it in place."""
-    comment_id = store.status_comment(issue)
+async def upsert_comment(
+    gh: GitHubClient, repo: str, number: int, comment_id: int | None, body: str
+) -> int:
+    """Edit comment_id in place, or post a new comment if there is none (or it was deleted)."""
     if comment_id is not None:
         try:
             await gh.patch(
                 "/repos/{+repo}/issues/comments/{id}",
-                {"repo": issue.repo, "id": comment_id},
+                {"repo": repo, "id": comment_id},
                 data={"body": body},
             )
-            return
+            return comment_id
         except BadRequest as exc:
             if exc.status_code != 404:
                 raise
-            log.info("%s: status comment %s was deleted; posting a new one", issue, comment_id)
+            log.info("%s#%d: comment %s was deleted; posting a new one", repo, number, comment_id)
     comment = await gh.post(
+        "/repos/{+repo}/issues/{number}/comments",
+        {"repo": repo, "number": number},
+        data={"body": body},
+    )
+    return int(comment["id"])
+
+
+async def post_comment(gh: GitHubClient, issue: IssueRef, body: str) -> None:
+    """Post a new comment on the issue."""
+    await gh.post(
         "/repos/{+repo}/issues/{number}/comments",
         {"repo": issue.repo, "number": issue.number},
         data={"body": body},
     )
-    store.set_status_comment(issue, int(comment["id"]))
+
+
+async def read_pull(gh: GitHubClient, repo: str, number: int) -> dict[str, Any]:
+    """Return the pull request as GitHub has it now."""
+    data: dict[str, Any] = await gh.getitem(
+        "/repos/{+repo}/pulls/{number}", {"repo": repo, "number": number}
+    )
+    return data
 
 
 async def open_or_update_pr(

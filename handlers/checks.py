@@ -1,4 +1,4 @@
-"""Check events: a completed suite on one of Baton's branches settles its run."""
+"""Check events: a result on one of Baton's branches settles the run that pushed it."""
 
 from __future__ import annotations
 
@@ -12,16 +12,34 @@ from handlers.context import HandlerContext
 router = Router()
 
 
-@router.register("check_suite", action="completed")
-async def check_suite_completed(event: Event, ctx: HandlerContext) -> None:
-    """Settle the run that pushed the suite's head; the job ignores heads it did not push."""
-    suite = event.data["check_suite"]
-    if not str(suite.get("head_branch") or "").startswith(BRANCH_PREFIX):
-        return
+def _settle(event: Event, ctx: HandlerContext, head_sha: str, branches: list[str]) -> None:
+    if not any(branch.startswith(BRANCH_PREFIX) for branch in branches):
+        return  # not Baton's branch: not its business
     installation_id = ctx.installation_id(event)
     if installation_id is not None:
-        ctx.enqueue(
-            settle_head_job(
-                installation_id, event.data["repository"]["full_name"], suite["head_sha"]
-            )
-        )
+        repo = event.data["repository"]["full_name"]
+        ctx.enqueue(settle_head_job(installation_id, repo, head_sha))
+
+
+@router.register("check_suite", action="completed")
+async def check_suite_completed(event: Event, ctx: HandlerContext) -> None:
+    """Settle on a completed suite; the job reads every suite of the head, not just this one."""
+    suite = event.data["check_suite"]
+    _settle(event, ctx, suite["head_sha"], [str(suite.get("head_branch") or "")])
+
+
+@router.register("check_run", action="completed")
+async def check_run_completed(event: Event, ctx: HandlerContext) -> None:
+    """Settle on a completed check run (apps that report runs without completing suites)."""
+    check_run = event.data["check_run"]
+    branch = str((check_run.get("check_suite") or {}).get("head_branch") or "")
+    _settle(event, ctx, check_run["head_sha"], [branch])
+
+
+@router.register("status")
+async def commit_status(event: Event, ctx: HandlerContext) -> None:
+    """Settle on a final commit status (CI that reports statuses rather than checks)."""
+    if event.data["state"] == "pending":
+        return
+    branches = [str(branch["name"]) for branch in event.data.get("branches", [])]
+    _settle(event, ctx, event.data["sha"], branches)

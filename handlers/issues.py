@@ -5,7 +5,7 @@ from __future__ import annotations
 from gidgethub.routing import Router
 from gidgethub.sansio import Event
 
-from bot.dispatch import run_issue_job
+from bot.dispatch import issue_closed_job, run_issue_job
 from handlers.context import HandlerContext
 
 router = Router()
@@ -19,3 +19,11 @@ async def queue_label_added(event: Event, ctx: HandlerContext) -> None:
     issue = ctx.issue_ref(event)
     if issue is not None:
         ctx.enqueue(run_issue_job(ctx.settings, issue, event.delivery_id))
+
+
+@router.register("issues", action="closed")
+async def issue_closed(event: Event, ctx: HandlerContext) -> None:
+    """Stop any work on an issue a human closed; its labels come off, its work stays."""
+    issue = ctx.issue_ref(event)
+    if issue is not None and not ctx.sent_by_baton(event):
+        ctx.enqueue(issue_closed_job(issue))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 
 from bot.dispatch import Dispatcher
-from bot.runner import Services
+from bot.recovery import Services
 from bot.settings import load_settings
 from bot.store import Store
 

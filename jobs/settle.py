@@ -1,14 +1,38 @@
-"""The settle job: a pushed head's check results decide its run."""
+"""Settle jobs: check results, reviews, merges and closes decide a pushed run."""
 
 from __future__ import annotations
 
 import asyncio
 
-from bot import runner
+from bot import settle
+from bot.model import IssueRef
 from jobs import services
 
 
 def settle_head(installation_id: int, repo: str, head_sha: str) -> str:
     """Settle the run that pushed head_sha, if its checks are final; return what happened."""
-    run = asyncio.run(runner.settle_head(services(), installation_id, repo, head_sha))
+    run = asyncio.run(settle.settle_head(services(), installation_id, repo, head_sha))
     return run.state.value if run is not None else "unchanged"
+
+
+def settle_review(installation_id: int, repo: str, pull: int, review_id: int, author: str) -> str:
+    """Send a review's requested changes back to the agent; return what happened."""
+    run = asyncio.run(
+        settle.settle_review(services(), installation_id, repo, pull, review_id, author)
+    )
+    return run.state.value if run is not None else "unchanged"
+
+
+def settle_pull_closed(installation_id: int, repo: str, pull: int, merged: int) -> str:
+    """End the run of a merged or closed pull request; return what happened."""
+    run = asyncio.run(
+        settle.settle_pull_closed(services(), installation_id, repo, pull, bool(merged))
+    )
+    return run.state.value if run is not None else "unchanged"
+
+
+def settle_issue_closed(installation_id: int, repo: str, number: int) -> str:
+    """Stop the work on an issue a human closed."""
+    issue = IssueRef(installation_id=installation_id, repo=repo, number=number)
+    asyncio.run(settle.settle_issue_closed(services(), issue))
+    return "done"

@@ -81,6 +81,7 @@ C, R, B = FailureClass, Recovery, Budget
         ),
         (RunFacts(ending="push-failed"), (C.DISPATCH_INFRA, R.BACKOFF, B.NOTHING)),
         (RunFacts(ending="pr-failed"), (C.DISPATCH_INFRA, R.BACKOFF, B.NOTHING)),
+        (RunFacts(ending="infra-failed"), (C.DISPATCH_INFRA, R.BACKOFF, B.NOTHING)),
         (RunFacts(ending="stopped"), (C.ADMIN_KILL, R.NONE, B.NOTHING)),
         (RunFacts(ending="agent", stop_reason="cancelled"), (C.ADMIN_KILL, R.NONE, B.NOTHING)),
     ],
@@ -137,7 +138,10 @@ ISSUE = IssueRef(installation_id=1, repo="o/r", number=1)
 
 def run(attempt: int, facts: RunFacts | None, continuation_of: int | None = None) -> Run:
     record = Run.claimed(ISSUE, attempt, "baton/issue-1", RESET).moved(RunState.FAILED, RESET)
-    update: dict[str, object] = {"continuation_of": continuation_of}
+    update: dict[str, object] = {
+        "continuation_of": continuation_of,
+        "queued_fresh": attempt == 1,
+    }
     if facts is not None:
         update["classification"] = classify(facts)
     return record.model_copy(update=update)
@@ -224,6 +228,13 @@ def test_charge_free_recoveries_go_ahead() -> None:
     for facts in (RunFacts(ending="stopped"), TRANSIENT):
         classification = classify(facts)
         assert decide(classification, spend([]), Limits()).action is classification.recovery
+
+
+def test_a_fresh_queueing_starts_the_budgets_again() -> None:
+    runs = [run(1, CHECKS), run(2, CHECKS, continuation_of=1), run(3, CHECKS, continuation_of=2)]
+    fresh = run(4, AGENT_ERROR).model_copy(update={"queued_fresh": True})
+    spent = spend([*runs, fresh])
+    assert (spent.continuations, spent.failed_attempts) == (0, 1)
 
 
 def test_max_runs_counts_the_first_attempt_and_every_continuation() -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 import redis
+from gidgethub import GitHubBroken
 
 from bot.devstack import LocalBaton
 from bot.model import IssueRef, Run, RunState
@@ -39,7 +40,12 @@ def stack(
         workdir=tmp_path_factory.mktemp("e2e"),
         redis_url=redis_server.url,
         agent_command=f"{sys.executable} {AGENT}",
-        extra_env={"BATON_AGENT_WALL_CLOCK_MINUTES": "1"},
+        extra_env={
+            "BATON_AGENT_WALL_CLOCK_MINUTES": "1",
+            "BATON_MAX_CONTINUATIONS": "1",
+            "BATON_BACKOFF_BASE_SECONDS": "0.2",
+            "BATON_ESCALATION_MENTIONS": "octo-lead",
+        },
     )
     baton.start(workers=2)
     yield baton
@@ -57,6 +63,13 @@ async def maintainer(stack: LocalBaton) -> AsyncIterator[Maintainer]:
 @pytest.fixture
 def store(stack: LocalBaton) -> Store:
     return Store.from_url(stack.redis_url)
+
+
+async def queued_issue(maintainer: Maintainer, repo: str, title: str, body: str) -> int:
+    issue = await maintainer.open_issue(repo, title, body)
+    number = int(issue["number"])
+    await maintainer.add_label(repo, number, "baton:queue")
+    return number
 
 
 async def new_repo(
@@ -130,51 +143,158 @@ async def _issue_closed(maintainer: Maintainer, repo: str, number: int) -> dict[
     return issue if issue["state"] == "closed" else None
 
 
-async def test_red_ci_fails_the_run_as_checks_failed(
+async def test_red_ci_comes_back_to_the_agent_and_goes_green_on_the_same_pr(
     stack: LocalBaton, maintainer: Maintainer, store: Store
 ) -> None:
     repo = await new_repo(maintainer, stack)
-    issue = await maintainer.open_issue(repo, "Say goodbye", "agent: write greeting.txt goodbye\\n")
-    number = int(issue["number"])
-    await maintainer.add_label(repo, number, "baton:queue")
+    body = "agent@1: write greeting.txt goodbye\nagent@2: write greeting.txt hello"
+    number = await queued_issue(maintainer, repo, "Greet properly", body)
     run = await eventually(
-        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN, RunState.FAILED),
-        "the run settling",
+        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN),
+        "the continuation going green",
         90,
     )
-    assert (run.state, run.failure_class) == (RunState.FAILED, "checks-failed")
-    assert await maintainer.labels(repo, number) == {"baton:failed"}
+    first = store.run(IssueRef(installation_id=1, repo=repo, number=number), 1)
+    assert first is not None and first.failure_class == "checks-failed"
+    assert (run.attempt, run.continuation_of, run.pr_number) == (2, 1, first.pr_number)
+    assert run.head_sha != first.head_sha
     [pr] = await maintainer.pulls(repo)
-    assert pr["state"] == "open", "the work stays on its PR for a human (or a continuation)"
+    assert pr["head"]["sha"] == run.head_sha
+    assert await maintainer.labels(repo, number) == {"baton:review"}
 
+    brief = (stack.workdir / "baton" / "runs" / repo / str(number) / "2" / "brief.md").read_text()
+    assert "Attempt 2 of 2." in brief
+    assert "## Failing checks" in brief and "### ci: failure" in brief
+    assert "Done: followed the issue's instructions." in brief  # the previous report
 
-async def test_agent_failure_fails_the_run_without_a_pr(
-    stack: LocalBaton, maintainer: Maintainer, store: Store
-) -> None:
-    repo = await new_repo(maintainer, stack)
-    issue = await maintainer.open_issue(repo, "Crash", "agent: write x.txt y\nagent: exit 3")
-    number = int(issue["number"])
-    await maintainer.add_label(repo, number, "baton:queue")
-    run = await eventually(
-        lambda: run_state(store, repo, number, RunState.FAILED), "the run failing"
+    [pr_status] = await baton_comments(maintainer, repo, int(pr["number"]))
+    assert (
+        "| 1 | checks-failed |" in pr_status["body"] and "| 2 | pushed-green |" in pr_status["body"]
     )
-    assert run.failure_class == "agent-error"
-    assert run.agent_result is not None and run.agent_result.exit_code == 3
-    assert await maintainer.pulls(repo) == []
-    assert await maintainer.labels(repo, number) == {"baton:failed"}
-    [status] = await baton_comments(maintainer, repo, number)
-    assert "exited 3" in status["body"]
+    [issue_status] = await baton_comments(maintainer, repo, number)
+    assert pr["html_url"] in issue_status["body"]
+
+    # A late failure for the old head changes nothing.
+    await _redeliver_suite(maintainer, repo, str(first.head_sha))
+    await asyncio.sleep(1.5)
+    assert latest_run(store, repo, number) == run
 
 
-async def test_an_agent_that_changes_nothing_ends_no_change(
+async def _redeliver_suite(maintainer: Maintainer, repo: str, sha: str) -> None:
+    repo_id = (await maintainer.gh.getitem("/repos/{+repo}", {"repo": repo}))["id"]
+    deliveries = await maintainer.gh.getitem(
+        "/_sandbox/deliveries?event=check_suite&action=completed"
+    )
+    for delivery in deliveries:
+        if delivery["repository_id"] != repo_id:
+            continue
+        full = await maintainer.gh.getitem(f"/_sandbox/deliveries/{delivery['id']}")
+        if json.loads(full["request"]["payload"])["check_suite"]["head_sha"] == sha:
+            await maintainer.gh.post(f"/_sandbox/deliveries/{delivery['id']}/redeliver", data={})
+            return
+    raise AssertionError(f"no check_suite delivery for {sha}")
+
+
+async def test_requested_changes_come_back_to_the_agent(
     stack: LocalBaton, maintainer: Maintainer, store: Store
 ) -> None:
     repo = await new_repo(maintainer, stack)
-    issue = await maintainer.open_issue(repo, "Nothing to do", "No instructions for the agent.")
-    number = int(issue["number"])
-    await maintainer.add_label(repo, number, "baton:queue")
+    body = "agent@1: write greeting.txt hello\nagent@2: write greeting.txt hello, reviewer"
+    number = await queued_issue(maintainer, repo, "Greet the reviewer", body)
+    first = await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN),
+        "the first PR going green",
+        90,
+    )
+    await maintainer.gh.post(
+        "/repos/{+repo}/pulls/{number}/reviews",
+        {"repo": repo, "number": first.pr_number},
+        data={
+            "event": "REQUEST_CHANGES",
+            "body": "Please greet the reviewer too.",
+            "comments": [{"path": "greeting.txt", "line": 1, "body": "Say hello to me."}],
+        },
+    )
+    run = await eventually(
+        lambda: _attempt_state(store, repo, number, 2, RunState.PUSHED_GREEN),
+        "the continuation going green",
+        90,
+    )
+    assert (run.continuation_of, run.pr_number) == (1, first.pr_number)
+    brief = (stack.workdir / "baton" / "runs" / repo / str(number) / "2" / "brief.md").read_text()
+    assert "Please greet the reviewer too." in brief
+    assert "- `greeting.txt` line 1: Say hello to me." in brief
+    assert len(await maintainer.pulls(repo)) == 1
+
+
+async def _attempt_state(
+    store: Store, repo: str, number: int, attempt: int, state: RunState
+) -> Run | None:
+    run = latest_run(store, repo, number)
+    return run if run is not None and run.attempt == attempt and run.state is state else None
+
+
+async def test_spent_budget_escalates_once_even_with_every_webhook_delivered_twice(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack)
+    await maintainer.gh.post("/_sandbox/faults", data={"webhooks": {"duplicate_rate": 1.0}})
+    try:
+        number = await queued_issue(
+            maintainer, repo, "Never green", "agent: write greeting.txt goodbye {attempt}"
+        )
+        await eventually(
+            lambda: _has_label(maintainer, repo, number, "baton:escalated"), "the escalation", 90
+        )
+        await asyncio.sleep(2)  # the duplicates have every chance to act twice
+    finally:
+        await maintainer.gh.post("/_sandbox/faults", data={"webhooks": {"duplicate_rate": 0.0}})
+    assert await maintainer.labels(repo, number) == {"baton:escalated"}
+    escalations = [
+        c
+        for c in await baton_comments(maintainer, repo, number)
+        if c["body"].startswith("<!-- baton:escalation -->")
+    ]
+    assert len(escalations) == 1
+    text = escalations[0]["body"]
+    assert "checks-failed, and all 1 continuations are spent" in text
+    assert "| continuations | 2 | 1 |" in text
+    assert "What spent them: checks-failed: 2." in text
+    run = latest_run(store, repo, number)
+    assert run is not None and run.attempt == 2
+    assert f"`{run.branch}` at `{str(run.head_sha)[:12]}`" in text and str(run.pr_url) in text
+    assert "@octo-lead" in text
+
+
+async def _has_label(maintainer: Maintainer, repo: str, number: int, label: str) -> bool:
+    return label in await maintainer.labels(repo, number)
+
+
+async def test_agent_failures_are_retried_then_escalated_without_a_pr(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack)
+    number = await queued_issue(maintainer, repo, "Crash", "agent: write x.txt y\nagent: exit 3")
+    await eventually(
+        lambda: _has_label(maintainer, repo, number, "baton:escalated"), "the escalation", 60
+    )
+    runs = store.runs(IssueRef(installation_id=1, repo=repo, number=number))
+    assert [r.failure_class for r in runs] == ["agent-error"] * 3
+    assert all(r.agent_result is not None and r.agent_result.exit_code == 3 for r in runs)
+    assert await maintainer.pulls(repo) == []
+    assert await maintainer.labels(repo, number) == {"baton:escalated"}
+    comments = [c["body"] for c in await baton_comments(maintainer, repo, number)]
+    assert any("agent-error, and all 3 failed attempts are spent" in c for c in comments)
+
+
+async def test_an_agent_that_changes_nothing_escalates_no_change(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack)
+    number = await queued_issue(maintainer, repo, "Nothing to do", "No instructions for the agent.")
     run = await eventually(lambda: run_state(store, repo, number, RunState.NO_CHANGE), "no-change")
     assert run.head_sha is None
+    await eventually(lambda: _has_label(maintainer, repo, number, "baton:escalated"), "escalation")
     assert await maintainer.pulls(repo) == []
 
 
@@ -253,25 +373,115 @@ async def _post_signed(
         return response.status
 
 
-async def test_failed_pull_request_creation_fails_the_run_with_its_reason(
+async def test_a_failed_pull_request_creation_is_never_green_and_is_retried(
     stack: LocalBaton, maintainer: Maintainer, store: Store
 ) -> None:
     repo = await new_repo(maintainer, stack)
     await maintainer.gh.post(
         "/_sandbox/faults",
-        data={"method": "POST", "path": f"^/repos/{repo}/pulls$", "status": 422, "rate": 1.0},
+        data={"method": "POST", "path": f"^/repos/{repo}/pulls$", "status": 422, "count": 1},
     )
     try:
-        issue = await maintainer.open_issue(
-            repo, "No PR possible", "agent: write greeting.txt hello"
+        number = await queued_issue(
+            maintainer, repo, "PR on second try", "agent: write greeting.txt hello"
         )
-        number = int(issue["number"])
-        await maintainer.add_label(repo, number, "baton:queue")
         run = await eventually(
-            lambda: run_state(store, repo, number, RunState.FAILED), "the failure"
+            lambda: run_state(store, repo, number, RunState.PUSHED_GREEN),
+            "the retry going green",
+            60,
         )
     finally:
         await maintainer.gh.delete("/_sandbox/faults")
-    assert run.failure_class == "pr-failed"
-    assert run.reason is not None and "opening the pull request failed" in run.reason
-    assert await maintainer.labels(repo, number) == {"baton:failed"}
+    first = store.run(IssueRef(installation_id=1, repo=repo, number=number), 1)
+    assert first is not None and first.state is RunState.FAILED
+    assert first.failure_class == "dispatch-infra" and first.pr_number is None
+    assert first.reason is not None and "opening the pull request failed" in first.reason
+    assert run.attempt == 2 and len(await maintainer.pulls(repo)) == 1
+
+
+async def test_labels_converge_through_injected_502s_on_half_the_label_calls(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack)
+    await maintainer.gh.post(
+        "/_sandbox/faults",
+        data={"path": f"^/repos/{repo}/issues/\\d+/labels", "status": 502, "rate": 0.5},
+    )
+    try:
+        issue = await maintainer.open_issue(repo, "Flaky labels", "agent: write greeting.txt hello")
+        number = int(issue["number"])
+        await eventually(
+            lambda: _label_added(maintainer, repo, number, "baton:queue"), "the maintainer's label"
+        )
+        await eventually(
+            lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the run going green", 60
+        )
+        await eventually(
+            lambda: _labels_are(maintainer, repo, number, {"baton:review"}), "labels converging", 60
+        )
+        [rule] = [
+            r
+            for r in (await maintainer.gh.getitem("/_sandbox/faults"))["api"]
+            if r["path"].endswith("/labels")
+        ]
+    finally:
+        await maintainer.gh.delete("/_sandbox/faults")
+    assert rule["fired"] > 0, "the faults must have hit Baton's label calls"
+
+
+async def _label_added(maintainer: Maintainer, repo: str, number: int, label: str) -> bool:
+    try:
+        await maintainer.add_label(repo, number, label)
+    except GitHubBroken:
+        return False  # the injected faults hit the maintainer too: try again, as a person would
+    return True
+
+
+async def _gone(path: Path) -> bool:
+    return not path.exists()
+
+
+async def _labels_are(maintainer: Maintainer, repo: str, number: int, labels: set[str]) -> bool:
+    try:
+        return await maintainer.labels(repo, number) == labels
+    except GitHubBroken:
+        return False  # the injected faults hit the test's own reads too
+
+
+async def test_merge_settles_the_run_and_cleans_up(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack)
+    number = await queued_issue(maintainer, repo, "Merge me", "agent: write greeting.txt hello")
+    run = await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the run going green", 60
+    )
+    worktree = stack.workdir / "baton" / "worktrees" / repo / f"issue-{number}"
+    assert worktree.exists()
+    await maintainer.merge(repo, int(str(run.pr_number)))
+    merged = await eventually(lambda: run_state(store, repo, number, RunState.MERGED), "merged")
+    assert merged.attempt == run.attempt
+    await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels off")
+    await eventually(lambda: _gone(worktree), "the worktree's removal")
+    assert store.lock_holder(IssueRef(installation_id=1, repo=repo, number=number)) is None
+    [status] = await baton_comments(maintainer, repo, number)
+    assert "The pull request was merged." in status["body"]
+
+
+async def test_closing_a_pr_unmerged_ends_the_run_without_a_requeue(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack)
+    number = await queued_issue(maintainer, repo, "Close me", "agent: write greeting.txt hello")
+    run = await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the run going green", 60
+    )
+    await maintainer.gh.patch(
+        "/repos/{+repo}/pulls/{number}",
+        {"repo": repo, "number": run.pr_number},
+        data={"state": "closed"},
+    )
+    await eventually(lambda: run_state(store, repo, number, RunState.CLOSED), "closed")
+    await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels off")
+    await asyncio.sleep(1)
+    assert latest_run(store, repo, number).attempt == run.attempt  # type: ignore[union-attr]

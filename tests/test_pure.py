@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from bot import render
+from bot.budget import Limits, Spend
 from bot.checks import Verdict, checks_verdict
 from bot.git import auth_header, branch_name
 from bot.github import MAX_ATTEMPTS, retry_delay
@@ -129,10 +130,86 @@ def test_server_errors_back_off_exponentially() -> None:
 
 
 def test_brief_carries_the_issue_as_data_and_the_instructions() -> None:
-    text = render.brief("Fix $(whoami)", "Body with `backticks`", "octo/widgets#7", 1)
+    text = render.brief("Fix $(whoami)", "Body with `backticks`", "octo/widgets#7", 1, 4)
     assert "# Issue octo/widgets#7: Fix $(whoami)" in text
+    assert "Attempt 1 of 4." in text
     assert "Body with `backticks`" in text
     assert "Do not push" in text
+    assert "Where the previous attempt stopped" not in text
+
+
+def test_continuation_brief_carries_failing_checks_review_and_the_previous_report() -> None:
+    previous = (
+        pushed()
+        .moved(RunState.FAILED, utcnow())
+        .model_copy(
+            update={
+                "failure_class": "checks-failed",
+                "reason": "checks failed",
+                "pr_url": "https://github.com/octo/widgets/pull/8",
+            }
+        )
+    )
+    continuation = render.Continuation(
+        previous=previous,
+        failing_checks=(
+            render.CheckSummary(
+                name="tests",
+                conclusion="failure",
+                title="2 failed",
+                text="x" * 5000 + "\nAssertionError: 3 != 4",
+            ),
+        ),
+        review=render.ReviewSummary(
+            author="octo-lead",
+            body="Rename it.",
+            comments=(render.ReviewComment(path="app.py", line=3, body="Not this name."),),
+        ),
+    )
+    text = render.brief("Fix", "Body", "octo/widgets#7", 2, 4, continuation)
+    assert "Attempt 2 of 4." in text
+    assert "Attempt 1 pushed `baton/issue-7` at aaaaaaaaaaaa and opened" in text
+    assert "### tests: failure\n\n2 failed" in text
+    assert "AssertionError: 3 != 4" in text and "x" * 3001 not in text  # the tail, bounded
+    assert "@octo-lead wrote:\n\nRename it." in text
+    assert "- `app.py` line 3: Not this name." in text
+
+
+def test_escalation_comment_says_why_what_spent_it_and_what_to_do() -> None:
+    run = pushed().model_copy(update={"pr_url": "https://github.com/octo/widgets/pull/8"})
+    spent = Spend(
+        continuations=4,
+        failed_attempts=1,
+        backoffs_in_a_row=0,
+        by_class={"checks-failed": 4, "agent-error": 1},
+    )
+    text = render.escalation_comment(
+        "checks-failed, and all 3 continuations are spent", spent, Limits(), run, ["octo-lead"]
+    )
+    assert text.startswith(render.ESCALATION_MARKER)
+    assert "| continuations | 4 | 3 |" in text and "| failed attempts | 1 | 3 |" in text
+    assert "What spent them: agent-error: 1, checks-failed: 4." in text
+    assert (
+        "`baton/issue-7` at `aaaaaaaaaaaa`, pull request https://github.com/octo/widgets/pull/8"
+        in text
+    )
+    assert text.rstrip().endswith("@octo-lead")
+    nothing = render.escalation_comment("no-change: nothing", spent, Limits(), None, [])
+    assert "There is no work to continue from" in nothing and "@" not in nothing
+
+
+def test_pull_status_comment_has_a_row_per_attempt() -> None:
+    first = pushed().model_copy(update={"failure_class": "checks-failed"})
+    second = pushed("b" * 40).model_copy(update={"attempt": 2})
+    text = render.pull_status_comment(
+        [first, second],
+        [render.CheckSummary(name="ci", conclusion="success")],
+        "waiting for the pull request's checks",
+        second.started_at,
+    )
+    assert "| 1 | checks-failed |" in text and "| 2 | pushed-pending |" in text
+    assert "`aaaaaaa`" in text and "`bbbbbbb`" in text
+    assert "- ci: success" in text
 
 
 def test_pr_body_closes_the_issue_and_lists_the_diffs_files() -> None:

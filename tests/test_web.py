@@ -83,7 +83,9 @@ async def test_labelled_issue_enqueues_one_run(client: TestClient, dispatch: Dis
     status, answer = await post(client, "issues", data)
     assert (status, answer["outcome"]) == (202, "accepted")
     repo = data["repository"]["full_name"]
-    assert queued(dispatch, AGENTS) == [("jobs.run.run_issue", (7, repo, data["issue"]["number"]))]
+    assert queued(dispatch, AGENTS) == [
+        ("jobs.run.run_issue", (7, repo, data["issue"]["number"], "fresh", 0))
+    ]
 
 
 @pytest.mark.parametrize(
@@ -170,6 +172,8 @@ async def test_ghes_payload_with_installation_enqueues(
         data["installation"]["id"],
         data["repository"]["full_name"],
         data["issue"]["number"],
+        "fresh",
+        0,
     )
 
 

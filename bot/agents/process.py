@@ -67,6 +67,10 @@ async def run_process(
         except TimeoutError:
             timed_out = True
             await _terminate(proc)
+        except asyncio.CancelledError:
+            # An operator stopped the run: take the agent and its children down with it.
+            await asyncio.shield(_terminate(proc))
+            raise
     tail.extend(_last_lines(stderr))
     return ProcessOutcome(proc.returncode, timed_out, started, utcnow(), list(tail))
 

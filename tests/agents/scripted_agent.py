@@ -3,11 +3,13 @@
 It follows instructions written in the issue body, one per line, so each test
 says in its issue what the agent does:
 
-    agent: write PATH TEXT     write TEXT (\\n for newlines) to PATH
+    agent: write PATH TEXT     write TEXT (\\n for newlines, {attempt} for the attempt) to PATH
     agent: commit MESSAGE      commit what is there so far
     agent: sleep SECONDS
     agent: exit CODE           stop with that exit code
     agent: env-dump PATH       write the environment as JSON to PATH (outside the worktree)
+
+`agent@N: ...` does the same on attempt N only.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ def main() -> int:
     issue, attempt = os.environ["BATON_ISSUE"], os.environ["BATON_ATTEMPT"]
     print(f"scripted agent on issue {issue}, attempt {attempt}")
     for line in brief.splitlines():
+        if line.startswith(f"agent@{attempt}: "):
+            line = PREFIX + line.removeprefix(f"agent@{attempt}: ")
         if not line.startswith(PREFIX):
             continue
         verb, _, rest = line.removeprefix(PREFIX).partition(" ")
@@ -34,7 +38,7 @@ def main() -> int:
             path, _, text = rest.partition(" ")
             target = Path(path)
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text.replace("\\n", "\n"))
+            target.write_text(text.replace("\\n", "\n").replace("{attempt}", attempt))
             print(f"wrote {path}")
         elif verb == "commit":
             git = ["git", "-c", "user.name=Agent", "-c", "user.email=agent@example.invalid"]

@@ -1,0 +1,206 @@
+"""After a run: report it, classify how it ended, and carry out the recovery its class names.
+
+Every path that ends a run comes here, so a run is classified once and its
+recovery performed once, however often the job or the webhook behind it repeats.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from gidgethub import HTTPException
+
+from bot import render
+from bot.budget import Decision, decide, spend
+from bot.classify import RunFacts, classify
+from bot.dispatch import Dispatcher, RunMode, run_issue_job
+from bot.git import Git, Identity, Workspace
+from bot.github import GitHubClient
+from bot.labels import set_state_label
+from bot.model import Recovery, Run, utcnow
+from bot.render import CheckSummary
+from bot.settings import Settings
+from bot.store import Store
+from bot.tracker import label_names, post_comment, read_issue, upsert_comment
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 3600.0
+
+
+@dataclass(frozen=True)
+class Services:
+    """What a job needs from its process: settings, state, and the queues."""
+
+    settings: Settings
+    store: Store
+    dispatch: Dispatcher
+
+    @property
+    def workspace(self) -> Workspace:
+        """Return the mirrors and worktrees under the data directory."""
+        identity = Identity(self.settings.git_author_name, self.settings.git_author_email)
+        return Workspace(Git(identity), self.settings.data_dir)
+
+
+async def report(
+    services: Services,
+    gh: GitHubClient,
+    run: Run,
+    next_step: str | None = None,
+    checks: Sequence[CheckSummary] = (),
+) -> None:
+    """Edit the issue's status comment, and the PR's once there is one, to say where the run is."""
+    store, issue, now = services.store, run.issue, utcnow()
+    comment = await upsert_comment(
+        gh,
+        issue.repo,
+        issue.number,
+        store.status_comment(issue),
+        render.status_comment(run, now, next_step),
+    )
+    store.set_status_comment(issue, comment)
+    if run.pr_number is None:
+        return
+    on_this_pull = [r for r in store.runs(issue) if r.pr_number in (None, run.pr_number)]
+    runs = [r for r in on_this_pull if r.attempt != run.attempt] + [run]
+    body = render.pull_status_comment(
+        sorted(runs, key=lambda r: r.attempt), list(checks), next_step or _NEXT[run.state], now
+    )
+    comment = await upsert_comment(
+        gh, issue.repo, run.pr_number, store.pull_status_comment(issue.repo, run.pr_number), body
+    )
+    store.set_pull_status_comment(issue.repo, run.pr_number, comment)
+
+
+_NEXT: dict[str, str] = {
+    "pushed-pending": "waiting for the pull request's checks",
+    "pushed-green": "a maintainer's review; requested changes come back to the agent",
+    "merged": "nothing: the work is merged",
+    "closed": "nothing: the pull request was closed",
+}
+_NEXT.update({state: "deciding what comes next" for state in ("failed", "no-change", "killed")})
+_NEXT.update({state: "the agent's work" for state in ("claimed", "provisioning", "running")})
+
+
+async def conclude(
+    services: Services,
+    gh: GitHubClient,
+    run: Run,
+    facts: RunFacts,
+    checks: Sequence[CheckSummary] = (),
+) -> Run | None:
+    """Classify a run that ended without a green PR and perform its recovery, once.
+
+    Returns the classified run, or None when it had been classified already
+    (a repeated job or webhook), in which case nothing is done again.
+    """
+    classification = classify(facts)
+
+    def classified(current: Run) -> Run | None:
+        if current.classification is not None:
+            return None
+        return current.model_copy(
+            update={
+                "classification": classification,
+                "failure_class": classification.failure_class.value,
+            }
+        )
+
+    done = services.store.update_run(run.issue, run.attempt, classified)
+    if done is None:
+        log.info("%s: attempt %d was classified already", run.issue, run.attempt)
+        return None
+    decision = decide(
+        classification, spend(services.store.runs(run.issue)), services.settings.limits
+    )
+    log.info(
+        "%s: attempt %d is %s → %s (%s)",
+        run.issue,
+        run.attempt,
+        classification.failure_class.value,
+        decision.action.value,
+        decision.reason,
+    )
+    await _perform(services, gh, done, decision, checks)
+    return done
+
+
+async def _perform(
+    services: Services,
+    gh: GitHubClient,
+    run: Run,
+    decision: Decision,
+    checks: Sequence[CheckSummary],
+) -> None:
+    settings, issue = services.settings, run.issue
+    action = decision.action
+    if action in (Recovery.CONTINUE, Recovery.REQUEUE, Recovery.RETRY, Recovery.BACKOFF):
+        live = label_names(await read_issue(gh, issue))
+        if not live & settings.active_labels:
+            # A human took Baton's labels off: the issue was withdrawn. Never put it back.
+            log.info("%s: withdrawn by a maintainer; not starting another attempt", issue)
+            await set_state_label(
+                gh, services.store, services.dispatch, settings, issue, None, live
+            )
+            await report(services, gh, run, "nothing: a maintainer withdrew the issue", checks)
+            return
+        await set_state_label(
+            gh, services.store, services.dispatch, settings, issue, settings.in_progress_label, live
+        )
+        next_step = _dispatch_next(services, run, action)
+        await report(services, gh, run, next_step, checks)
+    elif action is Recovery.NONE:
+        await set_state_label(gh, services.store, services.dispatch, settings, issue, None)
+        await report(services, gh, run, "nothing: the run was stopped", checks)
+    else:  # ESCALATE, and HALT until halting on usage windows exists
+        await escalate(services, gh, run, decision.reason, checks)
+
+
+def _dispatch_next(services: Services, run: Run, action: Recovery) -> str:
+    settings, issue = services.settings, run.issue
+    limits = settings.limits
+    if action in (Recovery.CONTINUE, Recovery.REQUEUE):
+        job = run_issue_job(settings, issue, f"after-{run.attempt}", RunMode.CONTINUE, run.attempt)
+        services.dispatch.enqueue([job])
+        return f"a continuation on `{run.branch}` (attempt {run.attempt + 1} of {limits.max_runs})"
+    mode = RunMode.CONTINUE if run.continuation_of is not None else RunMode.RETRY
+    job = run_issue_job(settings, issue, f"after-{run.attempt}", mode, run.attempt)
+    if action is Recovery.RETRY:
+        services.dispatch.enqueue([job])
+        return "a new attempt from the base branch"
+    backoffs = spend(services.store.runs(issue)).backoffs_in_a_row
+    delay = min(settings.backoff_base_seconds * 2 ** max(backoffs - 1, 0), MAX_BACKOFF_S)
+    services.dispatch.enqueue_later(job, delay)
+    return f"trying again in {render.duration(timedelta(seconds=delay))}"
+
+
+async def escalate(
+    services: Services,
+    gh: GitHubClient,
+    run: Run,
+    reason: str,
+    checks: Sequence[CheckSummary] = (),
+) -> None:
+    """Hand the issue to a human: Baton's labels off, `escalated` on, one comment, once."""
+    settings, store, issue = services.settings, services.store, run.issue
+    await set_state_label(gh, store, services.dispatch, settings, issue, settings.escalated_label)
+    await report(services, gh, run, f"a maintainer: {reason}", checks)
+    reason_key = run.failure_class or "escalated"
+    if not store.first_escalation(issue, reason_key, run.attempt):
+        log.info("%s: escalation for attempt %d was posted already", issue, run.attempt)
+        return
+    runs = store.runs(issue)
+    work = next((r for r in reversed(runs) if r.head_sha is not None), None)
+    body = render.escalation_comment(
+        reason, spend(runs), settings.limits, work, settings.escalation_mentions
+    )
+    try:
+        await post_comment(gh, issue, body)
+    except HTTPException:
+        store.forget_escalation(issue, reason_key, run.attempt)  # a retry posts it
+        raise
+    log.warning("%s: escalated after attempt %d: %s", issue, run.attempt, reason)

@@ -1,0 +1,132 @@
+"""What GitHub says about a pushed run: checks, reviews, merges, closes.
+
+Each settles the run it concerns through a pure transition, so a repeated or
+late event finds nothing to change and does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from bot.checks import Verdict, checks_verdict, failing_checks
+from bot.classify import RunFacts
+from bot.github import GitHubClient, github_app
+from bot.labels import set_state_label
+from bot.lifecycle import close_pull, request_changes, settle_checks
+from bot.model import IssueRef, Run, RunState, utcnow
+from bot.recovery import Services, conclude, report
+from bot.render import CheckSummary
+
+log = logging.getLogger(__name__)
+
+
+async def _checks(gh: GitHubClient, repo: str, sha: str) -> tuple[Verdict, list[CheckSummary]]:
+    url_vars = {"repo": repo, "sha": sha}
+    suites = await gh.getitem("/repos/{+repo}/commits/{sha}/check-suites", url_vars)
+    status = await gh.getitem("/repos/{+repo}/commits/{sha}/status", url_vars)
+    verdict = checks_verdict(suites["check_suites"], status)
+    if verdict is not Verdict.RED:
+        return verdict, []
+    runs = await gh.getitem("/repos/{+repo}/commits/{sha}/check-runs", url_vars)
+    return verdict, failing_checks(runs["check_runs"], status)
+
+
+async def settle_head(
+    services: Services, installation_id: int, repo: str, head_sha: str
+) -> Run | None:
+    """Settle the run that pushed head_sha from the head's check results, if they are final."""
+    found = services.store.run_for_head(repo, head_sha)
+    if found is None:
+        return None
+    issue, attempt = found
+    run = services.store.run(issue, attempt)
+    if run is None or run.state is not RunState.PUSHED_PENDING or run.head_sha != head_sha:
+        return None  # an older head, or a run that moved on: nothing to settle
+    async with github_app(services.settings, services.store) as app:
+        gh = await app.for_installation(installation_id)
+        verdict, failing = await _checks(gh, repo, head_sha)
+        settled = services.store.update_run(
+            issue, attempt, lambda current: settle_checks(current, head_sha, verdict, utcnow())
+        )
+        if settled is None:
+            return None  # still pending, settled by someone else, or a newer head took over
+        log.info("%s: attempt %d settled %s at %s", issue, attempt, verdict.value, head_sha[:12])
+        if verdict is Verdict.GREEN:
+            await set_state_label(
+                gh,
+                services.store,
+                services.dispatch,
+                services.settings,
+                issue,
+                services.settings.review_label,
+            )
+            await report(services, gh, settled)
+            return settled
+        names = ", ".join(check.name for check in failing) or "a check"
+        facts = RunFacts(ending="checks-failed", detail=f"failing: {names}")
+        await conclude(services, gh, settled, facts, failing)
+        return settled
+
+
+async def settle_review(
+    services: Services, installation_id: int, repo: str, pull: int, review_id: int, author: str
+) -> Run | None:
+    """Send a review that requested changes back to the agent as a continuation."""
+    found = services.store.run_for_pull(repo, pull)
+    if found is None:
+        return None
+    issue, attempt = found
+    changed = services.store.update_run(
+        issue, attempt, lambda current: request_changes(current, review_id, author, utcnow())
+    )
+    if changed is None:
+        return None  # the run is not waiting on review, or this review was handled
+    async with github_app(services.settings, services.store) as app:
+        gh = await app.for_installation(installation_id)
+        facts = RunFacts(ending="changes-requested", detail=f"review {review_id} by @{author}")
+        await conclude(services, gh, changed, facts)
+    return changed
+
+
+async def settle_pull_closed(
+    services: Services, installation_id: int, repo: str, pull: int, merged: bool
+) -> Run | None:
+    """End the run of a merged or closed pull request: labels off, worktree gone, no requeue."""
+    found = services.store.run_for_pull(repo, pull)
+    if found is None:
+        return None
+    issue, attempt = found
+    closed = services.store.update_run(
+        issue, attempt, lambda current: close_pull(current, merged, utcnow())
+    )
+    if closed is None:
+        return None
+    services.store.request_stop(issue)  # a continuation under way has nothing left to do
+    if merged:
+        await services.workspace.remove(repo, issue.number)
+    async with github_app(services.settings, services.store) as app:
+        gh = await app.for_installation(installation_id)
+        await set_state_label(gh, services.store, services.dispatch, services.settings, issue, None)
+        await report(services, gh, closed)
+    log.info(
+        "%s: PR #%d %s; attempt %d ends %s",
+        issue,
+        pull,
+        "merged" if merged else "closed",
+        attempt,
+        closed.state.value,
+    )
+    return closed
+
+
+async def settle_issue_closed(services: Services, issue: IssueRef) -> None:
+    """Stop the work on an issue a human closed; its branch and PR are kept."""
+    run = services.store.latest_run(issue)
+    if run is None or run.state in (RunState.MERGED, RunState.CLOSED):
+        return  # never run, or closed by its own merge
+    if run.state.is_live:
+        services.store.request_stop(issue)  # the worker running it stops the agent: admin-kill
+        log.warning("%s: closed by a human while attempt %d runs; stopping it", issue, run.attempt)
+    async with github_app(services.settings, services.store) as app:
+        gh = await app.for_installation(issue.installation_id)
+        await set_state_label(gh, services.store, services.dispatch, services.settings, issue, None)
