@@ -53,27 +53,43 @@ async def report(
     next_step: str | None = None,
     checks: Sequence[CheckSummary] = (),
 ) -> None:
-    """Edit the issue's status comment, and the PR's once there is one, to say where the run is."""
-    store, issue, now = services.store, run.issue, utcnow()
-    comment = await upsert_comment(
-        gh,
-        issue.repo,
-        issue.number,
-        store.status_comment(issue),
-        render.status_comment(run, now, next_step),
-    )
-    store.set_status_comment(issue, comment)
-    if run.pr_number is None:
-        return
-    on_this_pull = [r for r in store.runs(issue) if r.pr_number in (None, run.pr_number)]
-    runs = [r for r in on_this_pull if r.attempt != run.attempt] + [run]
-    body = render.pull_status_comment(
-        sorted(runs, key=lambda r: r.attempt), list(checks), next_step or _NEXT[run.state], now
-    )
-    comment = await upsert_comment(
-        gh, issue.repo, run.pr_number, store.pull_status_comment(issue.repo, run.pr_number), body
-    )
-    store.set_pull_status_comment(issue.repo, run.pr_number, comment)
+    """Edit the issue's status comment, and the PR's once there is one, to say where the run is.
+
+    Edits are serialised per issue and rendered from the stored run, so a slower
+    job never writes an older state over a newer one.
+    """
+    store, issue = services.store, run.issue
+    async with store.comment_lock(issue):
+        stored = store.run(issue, run.attempt)
+        if stored is not None and len(stored.history) > len(run.history):
+            run, next_step, checks = stored, None, ()  # a later step of this run reported since
+        now = utcnow()
+        comment = await upsert_comment(
+            gh,
+            issue.repo,
+            issue.number,
+            store.status_comment(issue),
+            render.status_comment(run, now, next_step),
+        )
+        store.set_status_comment(issue, comment)
+        if run.pr_number is None:
+            return
+        on_this_pull = [r for r in store.runs(issue) if r.pr_number in (None, run.pr_number)]
+        runs = [r for r in on_this_pull if r.attempt != run.attempt] + [run]
+        body = render.pull_status_comment(
+            sorted(runs, key=lambda r: r.attempt),
+            list(checks),
+            next_step or _NEXT[run.state],
+            now,
+        )
+        comment = await upsert_comment(
+            gh,
+            issue.repo,
+            run.pr_number,
+            store.pull_status_comment(issue.repo, run.pr_number),
+            body,
+        )
+        store.set_pull_status_comment(issue.repo, run.pr_number, comment)
 
 
 _NEXT: dict[str, str] = {

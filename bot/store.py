@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import cast
@@ -18,6 +21,8 @@ _PREFIX = "baton"
 DELIVERY_TTL_S = 7 * 24 * 3600  # GitHub lets a delivery be redelivered for days, not weeks
 RUN_TTL_S = 90 * 24 * 3600
 LOCK_TTL_MS = 60_000  # a claim lives this long without a heartbeat
+COMMENT_LOCK_TTL_MS = 15_000
+COMMENT_LOCK_WAIT_S = 20.0
 RECENT_RUNS = 200
 INTAKE_STREAM = f"{_PREFIX}:intake"
 INTAKE_GROUP = "forwarders"
@@ -350,6 +355,20 @@ class Store:
     def set_pull_status_comment(self, repo: str, number: int, comment_id: int) -> None:
         """Remember a pull request's status comment so it is edited, never posted twice."""
         self.redis.set(f"{_PREFIX}:pull:{repo}:{number}:status-comment", comment_id)
+
+    @asynccontextmanager
+    async def comment_lock(self, issue: IssueRef) -> AsyncIterator[None]:
+        """Hold the issue's comment mutex, so two jobs never edit its comments out of order."""
+        key, token = _issue_key(issue, "comment-lock"), secrets.token_hex(8)
+        deadline = time.monotonic() + COMMENT_LOCK_WAIT_S
+        while not self.redis.set(key, token, nx=True, px=COMMENT_LOCK_TTL_MS):
+            if time.monotonic() > deadline:
+                break  # a holder that died: its lock expires anyway, and a late edit is harmless
+            await asyncio.sleep(0.02)
+        try:
+            yield
+        finally:
+            self._release(keys=[key], args=[token])
 
     def first_escalation(self, issue: IssueRef, reason: str, attempt: int) -> bool:
         """Record an escalation; False if this one (issue, reason, attempt) was recorded before."""

@@ -266,6 +266,14 @@ async def test_spent_budget_escalates_once_even_with_every_webhook_delivered_twi
     assert "@octo-lead" in text
 
 
+async def _comment_saying(
+    maintainer: Maintainer, repo: str, number: int, text: str
+) -> dict[str, Any] | None:
+    return next(
+        (c for c in await baton_comments(maintainer, repo, number) if text in c["body"]), None
+    )
+
+
 async def _has_label(maintainer: Maintainer, repo: str, number: int, label: str) -> bool:
     return label in await maintainer.labels(repo, number)
 
