@@ -31,27 +31,31 @@ PROJECT = {"README.md": "# demo\n", ".sandbox/ci": CI_CHECKS_GREETING, "greeting
 _names = itertools.count(1)
 
 
-@pytest.fixture(scope="module")
-def stack(
-    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalBaton]:
-    redis.Redis.from_url(redis_server.url).flushall()
+def started(redis_url: str, workdir: Path, **env: str) -> LocalBaton:
     baton = LocalBaton(
-        workdir=tmp_path_factory.mktemp("e2e"),
-        redis_url=redis_server.url,
+        workdir=workdir,
+        redis_url=redis_url,
         agent_command=f"{sys.executable} {AGENT}",
         extra_env={
             "BATON_AGENT_WALL_CLOCK_MINUTES": "1",
             "BATON_MAX_CONTINUATIONS": "1",
             "BATON_BACKOFF_BASE_SECONDS": "0.2",
             "BATON_ESCALATION_MENTIONS": "octo-lead",
+            **env,
         },
     )
     baton.start(workers=2)
+    return baton
+
+
+@pytest.fixture(scope="module")
+def stack(
+    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalBaton]:
+    redis.Redis.from_url(redis_server.url).flushall()
+    baton = started(redis_server.url, tmp_path_factory.mktemp("e2e"))
     yield baton
     baton.stop()
-    if any(not p.alive() for p in baton.processes.values()):
-        print(baton.logs())
 
 
 @pytest.fixture
@@ -127,9 +131,11 @@ async def test_labelled_issue_becomes_a_green_pr_then_merges(
     assert "Done: followed the issue's instructions." in pr["body"]
     assert run.changed_files == ["greeting.txt"]
 
-    [status] = await baton_comments(maintainer, repo, number)
-    assert status["body"].startswith(STATUS_MARKER)
-    assert "pushed-green" in status["body"] and run.pr_url in status["body"]
+    status = await eventually(
+        lambda: _comment_saying(maintainer, repo, number, "pushed-green"), "the status comment"
+    )
+    assert status["body"].startswith(STATUS_MARKER) and run.pr_url in status["body"]
+    assert len(await baton_comments(maintainer, repo, number)) == 1
 
     await maintainer.merge(repo, int(pr["number"]))
     closed = await eventually(
@@ -472,8 +478,11 @@ async def test_merge_settles_the_run_and_cleans_up(
     await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels off")
     await eventually(lambda: _gone(worktree), "the worktree's removal")
     assert store.lock_holder(IssueRef(installation_id=1, repo=repo, number=number)) is None
-    [status] = await baton_comments(maintainer, repo, number)
-    assert "The pull request was merged." in status["body"]
+    await eventually(
+        lambda: _comment_saying(maintainer, repo, number, "The pull request was merged."),
+        "the status comment saying so",
+    )
+    assert len(await baton_comments(maintainer, repo, number)) == 1
 
 
 async def test_closing_a_pr_unmerged_ends_the_run_without_a_requeue(
@@ -493,3 +502,90 @@ async def test_closing_a_pr_unmerged_ends_the_run_without_a_requeue(
     await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels off")
     await asyncio.sleep(1)
     assert latest_run(store, repo, number).attempt == run.attempt  # type: ignore[union-attr]
+
+
+async def test_closing_the_issue_stops_a_live_run_and_keeps_its_work(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack)
+    body = "agent: write greeting.txt hello\nagent: commit Work in progress\nagent: sleep 30"
+    number = await queued_issue(maintainer, repo, "Stop me", body)
+    await eventually(lambda: run_state(store, repo, number, RunState.RUNNING), "the agent running")
+    await asyncio.sleep(1)  # the agent has committed and is sleeping
+    await maintainer.gh.patch(
+        "/repos/{+repo}/issues/{number}",
+        {"repo": repo, "number": number},
+        data={"state": "closed"},
+    )
+    run = await eventually(lambda: run_state(store, repo, number, RunState.KILLED), "the stop", 30)
+    assert run.failure_class == "admin-kill"
+    assert run.agent_result is not None and run.agent_result.duration.total_seconds() < 20
+    await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels off")
+    branch = await maintainer.gh.getitem(
+        "/repos/{+repo}/branches/{branch}", {"repo": repo, "branch": run.branch}
+    )
+    assert branch["commit"]["sha"] == run.head_sha, "the work is kept on its branch"
+    await asyncio.sleep(1)
+    assert latest_run(store, repo, number) == run, "no new attempt after an operator's stop"
+
+
+async def test_a_withdrawn_issue_gets_no_further_attempt(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    files = {**PROJECT, ".sandbox/ci": "#!/bin/sh\nsleep 2\nexit 1\n"}
+    repo = await new_repo(maintainer, stack, files)
+    number = await queued_issue(maintainer, repo, "Withdraw me", "agent: write greeting.txt hi")
+    await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_PENDING), "the PR opening"
+    )
+    await maintainer.gh.delete(
+        "/repos/{+repo}/issues/{number}/labels/{name}",
+        {"repo": repo, "number": number, "name": "baton:in-progress"},
+    )
+    run = await eventually(lambda: run_state(store, repo, number, RunState.FAILED), "red checks")
+    await eventually(
+        lambda: _comment_saying(maintainer, repo, number, "a maintainer withdrew the issue"),
+        "the status comment saying so",
+    )
+    await asyncio.sleep(1)
+    assert latest_run(store, repo, number) == run
+    assert await maintainer.labels(repo, number) == set()
+
+
+async def test_wall_clock_caps_continue_from_pushed_work_or_escalate_when_spinning(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    # A second Baton beside the first: its own Redis database, so their queues stay apart.
+    capped = started(
+        redis_server.url.rsplit("/", 1)[0] + "/1", tmp_path, BATON_AGENT_WALL_CLOCK_MINUTES="0.05"
+    )
+    try:
+        store = Store.from_url(capped.redis_url)
+        async with aiohttp.ClientSession() as session:
+            maintainer = Maintainer(session, capped.sandbox_url, capped.admin_token)
+            repo = await new_repo(maintainer, capped)
+            progress = await queued_issue(
+                maintainer,
+                repo,
+                "Slow but steady",
+                "agent@1: write greeting.txt hello\nagent@1: commit Half done\n"
+                "agent@1: sleep 30\nagent@2: write greeting.txt hello world",
+            )
+            run = await eventually(
+                lambda: run_state(store, repo, progress, RunState.PUSHED_GREEN),
+                "the continuation going green",
+                60,
+            )
+            first = store.run(IssueRef(installation_id=1, repo=repo, number=progress), 1)
+            assert first is not None and first.failure_class == "wall-clock-cap-progress"
+            assert first.head_sha is not None and run.continuation_of == 1
+
+            spinning = await queued_issue(maintainer, repo, "Stuck", "agent: sleep 30")
+            await eventually(
+                lambda: _has_label(maintainer, repo, spinning, "baton:escalated"), "escalation", 60
+            )
+            stuck = latest_run(store, repo, spinning)
+            assert stuck is not None and stuck.failure_class == "wall-clock-cap-spinning"
+            assert stuck.attempt == 1
+    finally:
+        capped.stop()
