@@ -297,8 +297,12 @@ async def test_agent_failures_are_retried_then_escalated_without_a_pr(
     assert all(r.agent_result is not None and r.agent_result.exit_code == 3 for r in runs)
     assert await maintainer.pulls(repo) == []
     assert await maintainer.labels(repo, number) == {"baton:escalated"}
-    comments = [c["body"] for c in await baton_comments(maintainer, repo, number)]
-    assert any("agent-error, and all 3 failed attempts are spent" in c for c in comments)
+    await eventually(
+        lambda: _comment_saying(
+            maintainer, repo, number, "agent-error, and all 3 failed attempts are spent"
+        ),
+        "the escalation comment",
+    )
 
 
 async def test_an_agent_that_changes_nothing_escalates_no_change(
