@@ -75,51 +75,49 @@ def run_issue_job(
     )
 
 
-def settle_head_job(installation_id: int, repo: str, head_sha: str) -> JobSpec:
-    """Return the job that settles the run which pushed head_sha from its check results."""
+def _event_job(func: str, args: tuple[int | str, ...], description: str) -> JobSpec:
+    """Return a short job on the events queue, its id made of what it is for."""
     return JobSpec(
         queue=EVENTS,
-        func="jobs.settle.settle_head",
-        args=(installation_id, repo, head_sha),
-        job_id=job_id("settle", repo, head_sha),
+        func=f"jobs.{func}",
+        args=args,
+        job_id=job_id(func.rsplit(".", 1)[-1], *args[1:]),
         timeout_s=SETTLE_TIMEOUT_S,
-        description=f"settle {repo}@{head_sha[:12]}",
+        description=description,
+    )
+
+
+def settle_head_job(installation_id: int, repo: str, head_sha: str) -> JobSpec:
+    """Return the job that settles the run which pushed head_sha from its check results."""
+    return _event_job(
+        "settle.settle_head", (installation_id, repo, head_sha), f"settle {repo}@{head_sha[:12]}"
     )
 
 
 def review_job(installation_id: int, repo: str, pull: int, review_id: int, author: str) -> JobSpec:
     """Return the job that sends a pull request's requested changes back to the agent."""
-    return JobSpec(
-        queue=EVENTS,
-        func="jobs.settle.settle_review",
-        args=(installation_id, repo, pull, review_id, author),
-        job_id=job_id("review", repo, pull, review_id),
-        timeout_s=SETTLE_TIMEOUT_S,
-        description=f"review {repo}#{pull}",
+    return _event_job(
+        "settle.settle_review",
+        (installation_id, repo, pull, review_id, author),
+        f"review {repo}#{pull}",
     )
 
 
 def pull_closed_job(installation_id: int, repo: str, pull: int, merged: bool) -> JobSpec:
     """Return the job that ends the run of a merged or closed pull request."""
-    return JobSpec(
-        queue=EVENTS,
-        func="jobs.settle.settle_pull_closed",
-        args=(installation_id, repo, pull, int(merged)),
-        job_id=job_id("closed", repo, pull, "merged" if merged else "unmerged"),
-        timeout_s=SETTLE_TIMEOUT_S,
-        description=f"{'merged' if merged else 'closed'} {repo}#{pull}",
+    return _event_job(
+        "settle.settle_pull_closed",
+        (installation_id, repo, pull, int(merged)),
+        f"{'merged' if merged else 'closed'} {repo}#{pull}",
     )
 
 
 def issue_closed_job(issue: IssueRef) -> JobSpec:
     """Return the job that stops the work on an issue a human closed."""
-    return JobSpec(
-        queue=EVENTS,
-        func="jobs.settle.settle_issue_closed",
-        args=(issue.installation_id, issue.repo, issue.number),
-        job_id=job_id("issue-closed", issue.repo, issue.number),
-        timeout_s=SETTLE_TIMEOUT_S,
-        description=f"issue closed {issue}",
+    return _event_job(
+        "settle.settle_issue_closed",
+        (issue.installation_id, issue.repo, issue.number),
+        f"issue closed {issue}",
     )
 
 

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 import redis
 
 from bot.devstack import start_redis_server
+from bot.github import GitHubApp, GitHubClient, github_app
+from bot.sandbox.hub import HUB
+from bot.sandbox.maintainer import Maintainer
+from bot.sandbox.server import running
 from bot.settings import Settings
 from bot.store import Store
 
@@ -54,3 +59,28 @@ def settings(redis_url: str, tmp_path: Path) -> Settings:
         BATON_DATA_DIR=tmp_path / "data",
         BATON_AGENT_COMMAND="true",
     )
+
+
+@pytest.fixture
+async def sandbox(tmp_path: Path) -> AsyncIterator[dict[str, str]]:
+    """Serve a sandbox GitHub in this process; yield what its app.env would say."""
+    async with running(tmp_path / "sandbox", None) as app:
+        yield app[HUB].settings()
+
+
+@pytest.fixture
+async def maintainer(sandbox: dict[str, str]) -> AsyncIterator[Maintainer]:
+    """Act as the sandbox's maintainer (admin on every repository)."""
+    async with aiohttp.ClientSession() as session:
+        yield Maintainer(session, sandbox["GITHUB_API_URL"], sandbox["SANDBOX_ADMIN_TOKEN"])
+
+
+@pytest.fixture
+async def app(
+    sandbox: dict[str, str], store: Store, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[GitHubApp]:
+    """Return Baton's GitHub App on the sandbox, retrying fast so fault tests stay quick."""
+    monkeypatch.setattr(GitHubClient, "retry_base_s", 0.01)
+    env = {k: v for k, v in sandbox.items() if k != "SANDBOX_ADMIN_TOKEN"}
+    async with github_app(Settings(**env, REDIS_URL=redis_url), store) as github:
+        yield github

@@ -2,48 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from gidgethub import BadRequest, GitHubBroken
 
-from bot.github import MAX_ATTEMPTS, GitHubApp, GitHubClient, github_app
-from bot.sandbox.hub import HUB
+from bot.github import MAX_ATTEMPTS, GitHubApp
 from bot.sandbox.maintainer import Maintainer
-from bot.sandbox.server import running
-from bot.settings import Settings
 from bot.store import Store
 
 REPO_PATH = "/repos/{+repo}"
-
-
-@pytest.fixture
-async def sandbox(tmp_path: Path) -> AsyncIterator[dict[str, str]]:
-    async with running(tmp_path / "sandbox", None) as app:
-        yield app[HUB].settings()
-
-
-@pytest.fixture
-async def maintainer(sandbox: dict[str, str]) -> AsyncIterator[Maintainer]:
-    async with aiohttp.ClientSession() as session:
-        yield Maintainer(session, sandbox["GITHUB_API_URL"], sandbox["SANDBOX_ADMIN_TOKEN"])
-
-
-@pytest.fixture
-async def app(sandbox: dict[str, str], store: Store, redis_url: str) -> AsyncIterator[GitHubApp]:
-    settings = Settings(
-        **{k: v for k, v in sandbox.items() if k != "SANDBOX_ADMIN_TOKEN"}, REDIS_URL=redis_url
-    )
-    async with github_app(settings, store) as github:
-        yield github
-
-
-@pytest.fixture(autouse=True)
-def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(GitHubClient, "retry_base_s", 0.01)
 
 
 async def calls(maintainer: Maintainer) -> dict[str, Any]:

@@ -2,46 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import aiohttp
-import pytest
-
-from bot.github import GitHubApp, GitHubClient, github_app
+from bot.github import GitHubApp
 from bot.model import IssueRef, Run, RunState, utcnow
 from bot.runner import inherit_open_pr
-from bot.sandbox.hub import HUB
 from bot.sandbox.maintainer import Maintainer
-from bot.sandbox.server import running
-from bot.settings import Settings
-from bot.store import Store
 
 BRANCH = "baton/issue-1-fix"
-
-
-@pytest.fixture
-async def sandbox(tmp_path: Path) -> AsyncIterator[dict[str, str]]:
-    async with running(tmp_path / "sandbox", None) as app:
-        yield app[HUB].settings()
-
-
-@pytest.fixture
-async def maintainer(sandbox: dict[str, str]) -> AsyncIterator[Maintainer]:
-    async with aiohttp.ClientSession() as session:
-        yield Maintainer(session, sandbox["GITHUB_API_URL"], sandbox["SANDBOX_ADMIN_TOKEN"])
-
-
-@pytest.fixture
-async def app(sandbox: dict[str, str], store: Store, redis_url: str) -> AsyncIterator[GitHubApp]:
-    env = {k: v for k, v in sandbox.items() if k != "SANDBOX_ADMIN_TOKEN"}
-    async with github_app(Settings(**env, REDIS_URL=redis_url), store) as github:
-        yield github
-
-
-@pytest.fixture(autouse=True)
-def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(GitHubClient, "retry_base_s", 0.01)
 
 
 async def previous_run_with_pr(maintainer: Maintainer, tmp_path: Path) -> Run:
