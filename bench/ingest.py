@@ -6,8 +6,9 @@ routed and enqueued) at rising concurrency, then at a fixed 500 deliveries/s,
 and prints deliveries/s, p50 and p99 for both servers and Baton's ratio to the
 bare handler. Targets (DESIGN.md): ratio >= 0.5; p99 < 10 ms at 500/s.
 
-A forwarder (what each worker runs to turn accepted deliveries into RQ jobs)
-runs during the measurement too, on the same machine; its log goes to stderr.
+It runs two passes: the web process alone, as deployed (the forwarders that turn
+accepted deliveries into RQ jobs run beside the workers, elsewhere); then again
+with a forwarder on this same machine, sharing its cores (its log goes to stderr).
 
     python bench/ingest.py [--seconds 5] [--levels 1 8 32 64] 2>/dev/null
 """
@@ -131,7 +132,7 @@ async def open_loop(url: str, body: bytes, rate: float, seconds: float) -> Figur
     return figures
 
 
-def start_servers(workdir: Path) -> tuple[str, str, list[Process], ForwarderProcess]:
+def start_servers(workdir: Path) -> tuple[str, str, list[Process]]:
     redis_url, redis_process = start_redis_server(workdir / "redis")
     baton_port, bare_port = free_port(), free_port()
     env = {
@@ -147,10 +148,7 @@ def start_servers(workdir: Path) -> tuple[str, str, list[Process], ForwarderProc
     bare = spawn(
         "bare", [sys.executable, "-c", BARE_SERVER, str(bare_port)], workdir, dict(os.environ)
     )
-    # The forwarder a worker runs beside it turns accepted deliveries into RQ jobs; it
-    # runs here too, so its CPU is spent on this machine during the measurement.
-    os.environ.update(REDIS_URL=redis_url)
-    forwarder = ForwarderProcess(verbose=False)
+    os.environ.update(REDIS_URL=redis_url)  # for the forwarder of the second pass
     for port in (baton_port, bare_port):
         wait_until(
             partial(http_ok, f"http://127.0.0.1:{port}/healthz"), f"server on {port} answering"
@@ -159,7 +157,6 @@ def start_servers(workdir: Path) -> tuple[str, str, list[Process], ForwarderProc
         f"http://127.0.0.1:{baton_port}/webhook",
         f"http://127.0.0.1:{bare_port}/webhook",
         [baton, bare, redis_process],
-        forwarder,
     )
 
 
@@ -172,7 +169,6 @@ def row(name: str, figures: Figures) -> str:
 
 async def measure(baton_url: str, bare_url: str, levels: list[int], seconds: float) -> None:
     body = delivery_body()
-    print(f"payload: {PAYLOAD.name} ({len(body)} bytes), {seconds:.0f}s per level\n")
     print("closed loop (N deliveries in flight):")
     ratios = []
     for level in levels:
@@ -194,7 +190,7 @@ async def measure(baton_url: str, bare_url: str, levels: list[int], seconds: flo
     print(
         f"\nsummary: worst ratio {min(ratios):.2f} (target >= 0.5), "
         f"p99 at 500/s {baton.percentile(0.99):.2f} ms (target < 10 ms), "
-        f"median p50 {statistics.median(baton.latencies_ms):.2f} ms"
+        f"median p50 {statistics.median(baton.latencies_ms):.2f} ms\n"
     )
 
 
@@ -206,11 +202,18 @@ def main() -> int:
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32, 64])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="baton-bench-") as tmp:
-        baton_url, bare_url, processes, forwarder = start_servers(Path(tmp))
+        baton_url, bare_url, processes = start_servers(Path(tmp))
+        print(f"payload: {PAYLOAD.name}, {args.seconds:.0f}s per level\n")
         try:
+            print("== pass 1: the web process alone (forwarders run beside the workers)")
             asyncio.run(measure(baton_url, bare_url, args.levels, args.seconds))
+            print("== pass 2: with a forwarder turning deliveries into RQ jobs on this machine")
+            forwarder = ForwarderProcess(verbose=False)
+            try:
+                asyncio.run(measure(baton_url, bare_url, args.levels, args.seconds))
+            finally:
+                forwarder.stop()
         finally:
-            forwarder.stop()
             for process in processes:
                 process.stop()
     return 0
