@@ -26,7 +26,11 @@ async def _checks(gh: GitHubClient, repo: str, sha: str) -> tuple[Verdict, list[
     status = await gh.getitem("/repos/{+repo}/commits/{sha}/status", url_vars)
     verdict = checks_verdict(suites["check_suites"], status)
     if verdict is not Verdict.RED:
-        return verdict, []
+        return verdict, [
+            CheckSummary(name=str(suite["app"]["name"]), conclusion=str(suite["conclusion"]))
+            for suite in suites["check_suites"]
+            if suite.get("status") == "completed" and suite.get("app")
+        ]
     runs = await gh.getitem("/repos/{+repo}/commits/{sha}/check-runs", url_vars)
     return verdict, failing_checks(runs["check_runs"], status)
 
@@ -44,7 +48,7 @@ async def settle_head(
         return None  # an older head, or a run that moved on: nothing to settle
     async with github_app(services.settings, services.store) as app:
         gh = await app.for_installation(installation_id)
-        verdict, failing = await _checks(gh, repo, head_sha)
+        verdict, checks = await _checks(gh, repo, head_sha)
         settled = services.store.update_run(
             issue, attempt, lambda current: settle_checks(current, head_sha, verdict, utcnow())
         )
@@ -60,11 +64,11 @@ async def settle_head(
                 issue,
                 services.settings.review_label,
             )
-            await report(services, gh, settled)
+            await report(services, gh, settled, checks=checks)
             return settled
-        names = ", ".join(check.name for check in failing) or "a check"
+        names = ", ".join(check.name for check in checks) or "a check"
         facts = RunFacts(ending="checks-failed", detail=f"failing: {names}")
-        await conclude(services, gh, settled, facts, failing)
+        await conclude(services, gh, settled, facts, checks)
         return settled
 
 

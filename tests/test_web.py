@@ -226,3 +226,79 @@ async def test_demo_mode_accepts_unsigned_deliveries(
     status, _ = await post(client, "issues", labeled(), **{"X-Hub-Signature-256": ""})
     assert status == 202
     assert len(queued(dispatch, AGENTS)) == 1
+
+
+def on_baton_branch(data: dict[str, Any], pull_key: str = "pull_request") -> dict[str, Any]:
+    data[pull_key]["head"]["ref"] = "baton/issue-1-fix"
+    return data
+
+
+@pytest.mark.parametrize(
+    ("event", "fixture", "edit", "func"),
+    [
+        (
+            "check_run",
+            "check_run/completed.json",
+            lambda d: d["check_run"]["check_suite"].update(head_branch="baton/issue-1-fix"),
+            "jobs.settle.settle_head",
+        ),
+        (
+            "status",
+            "status/event.with-installation.json",
+            lambda d: d["branches"].append({"name": "baton/issue-1-fix"}),
+            "jobs.settle.settle_head",
+        ),
+        (
+            "pull_request",
+            "pull_request/closed.json",
+            on_baton_branch,
+            "jobs.settle.settle_pull_closed",
+        ),
+        (
+            "pull_request_review",
+            "pull_request_review/submitted.json",
+            lambda d: (on_baton_branch(d), d["review"].update(state="changes_requested")),
+            "jobs.settle.settle_review",
+        ),
+        (
+            "issues",
+            "issues/reopened.json",
+            lambda d: d.update(action="closed"),
+            "jobs.settle.settle_issue_closed",
+        ),
+    ],
+)
+async def test_github_payloads_about_batons_work_enqueue_their_job(
+    client: TestClient,
+    dispatch: Dispatcher,
+    event: str,
+    fixture: str,
+    edit: Any,
+    func: str,
+) -> None:
+    untouched = payload(fixture)
+    untouched.setdefault("installation", {"id": 7})
+    if event != "issues":
+        status, _ = await post(client, event, untouched)
+        assert status == 202
+        assert queued(dispatch, EVENTS) == [], "not Baton's branch or not a change request"
+    data = payload(fixture)
+    data.setdefault("installation", {"id": 7})
+    edit(data)
+    status, _ = await post(client, event, data)
+    assert status == 202
+    assert [name for name, _ in queued(dispatch, EVENTS)] == [func]
+
+
+async def test_a_pending_status_and_an_approving_review_enqueue_nothing(
+    client: TestClient, dispatch: Dispatcher
+) -> None:
+    status_event = payload("status/event.with-installation.json")
+    status_event["branches"].append({"name": "baton/issue-1-fix"})
+    status_event["state"] = "pending"
+    review = on_baton_branch(payload("pull_request_review/submitted.json"))
+    review["review"]["state"] = "approved"
+    for event, data in (("status", status_event), ("pull_request_review", review)):
+        status, _ = await post(client, event, data)
+        assert status == 202
+    assert queued(dispatch, EVENTS) == []
