@@ -64,32 +64,33 @@ async def report(
         if stored is not None and len(stored.history) > len(run.history):
             run, next_step, checks = stored, None, ()  # a later step of this run reported since
         now = utcnow()
+        pull_comment_url = None
+        if run.pr_number is not None:
+            on_this_pull = [r for r in store.runs(issue) if r.pr_number in (None, run.pr_number)]
+            runs = [r for r in on_this_pull if r.attempt != run.attempt] + [run]
+            body = render.pull_status_comment(
+                sorted(runs, key=lambda r: r.attempt),
+                list(checks),
+                next_step or _NEXT[run.state],
+                now,
+            )
+            pull_comment = await upsert_comment(
+                gh,
+                issue.repo,
+                run.pr_number,
+                store.pull_status_comment(issue.repo, run.pr_number),
+                body,
+            )
+            store.set_pull_status_comment(issue.repo, run.pr_number, pull_comment)
+            pull_comment_url = f"{run.pr_url}#issuecomment-{pull_comment}"
         comment = await upsert_comment(
             gh,
             issue.repo,
             issue.number,
             store.status_comment(issue),
-            render.status_comment(run, now, next_step),
+            render.status_comment(run, now, next_step, pull_comment_url),
         )
         store.set_status_comment(issue, comment)
-        if run.pr_number is None:
-            return
-        on_this_pull = [r for r in store.runs(issue) if r.pr_number in (None, run.pr_number)]
-        runs = [r for r in on_this_pull if r.attempt != run.attempt] + [run]
-        body = render.pull_status_comment(
-            sorted(runs, key=lambda r: r.attempt),
-            list(checks),
-            next_step or _NEXT[run.state],
-            now,
-        )
-        comment = await upsert_comment(
-            gh,
-            issue.repo,
-            run.pr_number,
-            store.pull_status_comment(issue.repo, run.pr_number),
-            body,
-        )
-        store.set_pull_status_comment(issue.repo, run.pr_number, comment)
 
 
 _NEXT: dict[str, str] = {

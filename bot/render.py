@@ -153,7 +153,9 @@ def _review_sections(review: ReviewSummary) -> list[str]:
     return sections
 
 
-def status_comment(run: Run, now: datetime, next_step: str | None = None) -> str:
+def status_comment(
+    run: Run, now: datetime, next_step: str | None = None, pull_comment_url: str | None = None
+) -> str:
     """Return the issue's status comment for the run's current state (short: the PR has more)."""
     lines = [
         STATUS_MARKER,
@@ -166,8 +168,10 @@ def status_comment(run: Run, now: datetime, next_step: str | None = None) -> str
     if next_step:
         lines += ["", f"Next: {next_step}"]
     if run.pr_url:
-        lines += ["", f"Pull request: {run.pr_url} (its status comment has the history)"]
-    lines += ["", f"Branch `{run.branch}` · {duration(run.wall_clock(now))} so far"]
+        history = f" ([history and checks]({pull_comment_url}))" if pull_comment_url else ""
+        lines += ["", f"Pull request: {run.pr_url}{history}"]
+    spent = duration(run.wall_clock(now))
+    lines += ["", f"Branch `{run.branch}` · {spent} {'so far' if run.state.is_live else 'in all'}"]
     return "\n".join(lines)
 
 

@@ -178,7 +178,7 @@ async def test_red_ci_comes_back_to_the_agent_and_goes_green_on_the_same_pr(
         "| 1 | checks-failed |" in pr_status["body"] and "| 2 | pushed-green |" in pr_status["body"]
     )
     [issue_status] = await baton_comments(maintainer, repo, number)
-    assert pr["html_url"] in issue_status["body"]
+    assert f"{pr['html_url']}#issuecomment-{pr_status['id']}" in issue_status["body"]
 
     # A late failure for the old head changes nothing.
     await _redeliver_suite(maintainer, repo, str(first.head_sha))

@@ -222,10 +222,18 @@ def test_pr_body_closes_the_issue_and_lists_the_diffs_files() -> None:
 
 def test_status_comment_is_marked_and_says_the_state() -> None:
     run = pushed().model_copy(update={"pr_url": "https://github.com/octo/widgets/pull/8"})
-    text = render.status_comment(run, run.started_at + timedelta(seconds=75))
+    url = "https://github.com/octo/widgets/pull/8"
+    text = render.status_comment(
+        run, run.started_at + timedelta(seconds=75), "checks", f"{url}#issuecomment-5"
+    )
     assert text.startswith(render.STATUS_MARKER)
-    assert "attempt 1 · pushed-pending" in text
-    assert "https://github.com/octo/widgets/pull/8" in text
+    assert "attempt 1 · pushed-pending" in text and "Next: checks" in text
+    assert f"Pull request: {url} ([history and checks]({url}#issuecomment-5))" in text
+    assert "0.0s in all" in text  # pushed at once: the time to its last step
+    live = render.status_comment(
+        Run.claimed(ISSUE, 1, "b", run.started_at), run.started_at + timedelta(seconds=75)
+    )
+    assert "1m 15s so far" in live
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(4.25, "4.2s"), (185, "3m 05s"), (3725, "1h 02m")])
