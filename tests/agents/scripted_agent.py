@@ -25,6 +25,7 @@ PREFIX = "agent: "
 
 
 def main() -> int:
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]  # a live transcript
     brief = Path(os.environ["BATON_BRIEF"]).read_text()
     issue, attempt = os.environ["BATON_ISSUE"], os.environ["BATON_ATTEMPT"]
     print(f"scripted agent on issue {issue}, attempt {attempt}")
