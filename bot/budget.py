@@ -24,6 +24,9 @@ class Limits(BaseModel):
     max_continuations: int = Field(
         default=3, ge=0, description="continuations on the same branch before escalating"
     )
+    max_reentries: int = Field(
+        default=2, ge=0, description="resumptions after usage windows before escalating"
+    )
     max_backoffs: int = Field(
         default=5, ge=0, description="retries charged to nothing, in a row, before escalating"
     )
@@ -41,6 +44,7 @@ class Spend(BaseModel):
 
     continuations: int
     failed_attempts: int
+    reentries: int
     backoffs_in_a_row: int
     by_class: dict[str, int]
 
@@ -52,7 +56,7 @@ class Decision(BaseModel):
 
     action: Recovery
     reason: str
-    exhausted: Literal["continuations", "attempts", "backoffs"] | None = None
+    exhausted: Literal["continuations", "attempts", "reentries", "backoffs"] | None = None
 
 
 def spend(runs: Sequence[Run]) -> Spend:
@@ -72,6 +76,7 @@ def spend(runs: Sequence[Run]) -> Spend:
     return Spend(
         continuations=sum(1 for c in classified if c.charged_to is Budget.CONTINUATIONS),
         failed_attempts=sum(1 for c in classified if c.charged_to is Budget.ATTEMPTS),
+        reentries=sum(1 for c in classified if c.charged_to is Budget.REENTRIES),
         backoffs_in_a_row=backoffs,
         by_class=dict(
             Counter(c.failure_class.value for c in classified if c.charged_to is not Budget.NOTHING)
@@ -101,6 +106,13 @@ def decide(classification: Classification, spent: Spend, limits: Limits) -> Deci
                 reason=f"{name}, and all {limits.max_attempts} failed attempts are spent",
                 exhausted="attempts",
             )
+    elif recovery is Recovery.HALT and spent.reentries > limits.max_reentries:
+        return Decision(
+            action=Recovery.ESCALATE,
+            reason=f"{name}, and all {limits.max_reentries} re-entries after usage windows "
+            "are spent",
+            exhausted="reentries",
+        )
     elif recovery is Recovery.BACKOFF and spent.backoffs_in_a_row > limits.max_backoffs:
         return Decision(
             action=Recovery.ESCALATE,

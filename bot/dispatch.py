@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import redis
 from pydantic import BaseModel, ConfigDict, TypeAdapter
@@ -178,8 +178,14 @@ class Dispatcher:
 
     def enqueue_later(self, spec: JobSpec, delay_s: float) -> None:
         """Enqueue a job after delay_s seconds (RQ's scheduler, run by the workers, moves it)."""
-        self.queues[spec.queue].enqueue_in(
-            timedelta(seconds=delay_s),
+        self.enqueue_at(spec, datetime.now(UTC) + timedelta(seconds=delay_s))
+
+    def enqueue_at(self, spec: JobSpec, when: datetime) -> None:
+        """Enqueue a job at an instant (RQ's scheduler, run by the workers, moves it)."""
+        # RQ schedules by whole seconds, rounding down: round up, so it is never early.
+        not_before = when.replace(microsecond=0) + timedelta(seconds=1 if when.microsecond else 0)
+        self.queues[spec.queue].enqueue_at(
+            not_before,
             spec.func,
             *spec.args,
             job_id=spec.job_id,

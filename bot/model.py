@@ -54,6 +54,7 @@ class RunState(enum.StrEnum):
     FAILED = "failed"
     NO_CHANGE = "no-change"
     KILLED = "killed"
+    HALTED = "halted"
 
     @property
     def is_terminal(self) -> bool:
@@ -68,7 +69,14 @@ class RunState(enum.StrEnum):
 
 _LIVE = frozenset({RunState.CLAIMED, RunState.PROVISIONING, RunState.RUNNING})
 _TERMINAL = frozenset(
-    {RunState.MERGED, RunState.CLOSED, RunState.FAILED, RunState.NO_CHANGE, RunState.KILLED}
+    {
+        RunState.MERGED,
+        RunState.CLOSED,
+        RunState.FAILED,
+        RunState.NO_CHANGE,
+        RunState.KILLED,
+        RunState.HALTED,
+    }
 )
 
 
@@ -192,6 +200,9 @@ class Run(BaseModel):
     agent_result: AgentResult | None = None
     continuation_of: int | None = Field(
         default=None, description="the attempt this one continues on the same branch"
+    )
+    resume_at: AwareDatetime | None = Field(
+        default=None, description="when a run halted by a usage window may go on"
     )
     review_id: int | None = Field(
         default=None, description="the review that requested changes, for the next brief"

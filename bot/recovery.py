@@ -20,7 +20,7 @@ from bot.dispatch import Dispatcher, RunMode, run_issue_job
 from bot.git import Git, Identity, Workspace
 from bot.github import GitHubClient
 from bot.labels import set_state_label
-from bot.model import Recovery, Run, utcnow
+from bot.model import Recovery, Run, RunState, utcnow
 from bot.render import CheckSummary
 from bot.settings import Settings
 from bot.store import Store
@@ -98,6 +98,7 @@ _NEXT: dict[str, str] = {
     "pushed-green": "a maintainer's review; requested changes come back to the agent",
     "merged": "nothing: the work is merged",
     "closed": "nothing: the pull request was closed",
+    "halted": "resuming when the usage window reopens",
 }
 _NEXT.update({state: "deciding what comes next" for state in ("failed", "no-change", "killed")})
 _NEXT.update({state: "the agent's work" for state in ("claimed", "provisioning", "running")})
@@ -173,8 +174,44 @@ async def _perform(
     elif action is Recovery.NONE:
         await set_state_label(gh, services.store, services.dispatch, settings, issue, None)
         await report(services, gh, run, "nothing: the run was stopped", checks)
-    else:  # ESCALATE, and HALT until halting on usage windows exists
+    elif action is Recovery.HALT:
+        await _halt(services, gh, run)
+    else:
         await escalate(services, gh, run, decision.reason, checks)
+
+
+async def _halt(services: Services, gh: GitHubClient, run: Run) -> None:
+    """Wait out a usage window: no lock or worker held, the re-entry scheduled at its reset."""
+    settings, issue = services.settings, run.issue
+    resets_at = run.agent_result.resets_at if run.agent_result else None
+    assert resets_at is not None  # classify only names HALT for a window with a reset time
+    resume_at = resets_at + timedelta(seconds=settings.resume_buffer_seconds)
+    halted = services.store.update_run(
+        issue,
+        run.attempt,
+        lambda current: current.moved(RunState.HALTED, utcnow(), note="usage window").model_copy(
+            update={"resume_at": resume_at}
+        ),
+    )
+    assert halted is not None
+    reentry = spend(services.store.runs(issue)).reentries
+    job = run_issue_job(settings, issue, f"after-{run.attempt}", RunMode.CONTINUE, run.attempt)
+    services.dispatch.enqueue_at(job, resume_at)
+    await set_state_label(
+        gh, services.store, services.dispatch, settings, issue, settings.halted_label
+    )
+    when = (
+        resume_at.strftime("%H:%M UTC")
+        if resume_at.date() == utcnow().date()
+        else (resume_at.strftime("%Y-%m-%d %H:%M UTC"))
+    )
+    await report(
+        services,
+        gh,
+        halted,
+        f"halted by a usage window: resumable at {when} "
+        f"(re-entry {reentry}/{settings.max_resume_reentries})",
+    )
 
 
 def _dispatch_next(services: Services, run: Run, action: Recovery) -> str:

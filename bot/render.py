@@ -24,6 +24,7 @@ _STATE_WORDS = {
     RunState.FAILED: "This attempt failed.",
     RunState.NO_CHANGE: "The agent finished without changing anything.",
     RunState.KILLED: "This attempt was stopped.",
+    RunState.HALTED: "Halted by the agent provider's usage window.",
 }
 
 BRIEF_INSTRUCTIONS = """\
@@ -231,6 +232,10 @@ def escalation_comment(
         f"| failed attempts | {spent.failed_attempts} | {limits.max_attempts} |",
         f"| continuations | {spent.continuations} | {limits.max_continuations} |",
     ]
+    if spent.reentries:
+        lines.append(
+            f"| re-entries after usage windows | {spent.reentries} | {limits.max_reentries} |"
+        )
     if spent.by_class:
         breakdown = ", ".join(f"{name}: {count}" for name, count in sorted(spent.by_class.items()))
         lines += ["", f"What spent them: {breakdown}."]

@@ -47,11 +47,21 @@ class Settings(BaseSettings):
         default="baton:in-progress", validation_alias="BATON_IN_PROGRESS_LABEL"
     )
     review_label: str = Field(default="baton:review", validation_alias="BATON_REVIEW_LABEL")
+    halted_label: str = Field(default="baton:halted", validation_alias="BATON_HALTED_LABEL")
     escalated_label: str = Field(
         default="baton:escalated", validation_alias="BATON_ESCALATED_LABEL"
     )
     max_attempts: int = Field(default=3, ge=1, validation_alias="BATON_MAX_ATTEMPTS")
     max_continuations: int = Field(default=3, ge=0, validation_alias="BATON_MAX_CONTINUATIONS")
+    max_resume_reentries: int = Field(
+        default=2, ge=0, validation_alias="BATON_MAX_RESUME_REENTRIES"
+    )
+    resume_buffer_seconds: float = Field(
+        default=120.0,
+        ge=0,
+        validation_alias="BATON_RESUME_BUFFER_SECONDS",
+        description="How long after a usage window's reset a halted issue resumes.",
+    )
     backoff_base_seconds: float = Field(
         default=60.0, gt=0, validation_alias="BATON_BACKOFF_BASE_SECONDS"
     )
@@ -129,18 +139,30 @@ class Settings(BaseSettings):
     def state_labels(self) -> frozenset[str]:
         """Return every label Baton uses to show where an issue stands."""
         return frozenset(
-            {self.queue_label, self.in_progress_label, self.review_label, self.escalated_label}
+            {
+                self.queue_label,
+                self.in_progress_label,
+                self.review_label,
+                self.halted_label,
+                self.escalated_label,
+            }
         )
 
     @property
     def active_labels(self) -> frozenset[str]:
         """Return the labels of an issue Baton works on; a human removing them withdraws it."""
-        return frozenset({self.queue_label, self.in_progress_label, self.review_label})
+        return frozenset(
+            {self.queue_label, self.in_progress_label, self.review_label, self.halted_label}
+        )
 
     @property
     def limits(self) -> Limits:
         """Return the budgets every issue gets."""
-        return Limits(max_attempts=self.max_attempts, max_continuations=self.max_continuations)
+        return Limits(
+            max_attempts=self.max_attempts,
+            max_continuations=self.max_continuations,
+            max_reentries=self.max_resume_reentries,
+        )
 
     @property
     def agent_wall_clock_seconds(self) -> float:

@@ -167,6 +167,7 @@ def test_spend_counts_continuations_attempts_and_classes() -> None:
     ]
     spent = spend(runs)
     assert (spent.continuations, spent.failed_attempts, spent.backoffs_in_a_row) == (2, 1, 1)
+    assert spent.reentries == 0
     assert spent.by_class == {"agent-error": 1, "checks-failed": 2}
 
 
@@ -199,6 +200,15 @@ def test_requeue_respects_the_continuation_ceiling() -> None:
     orphan = RunFacts(ending="orphaned")
     runs = [run(1, orphan), run(2, orphan, continuation_of=1)]
     assert decide(last(runs), spend(runs), Limits(max_continuations=1)).action is Recovery.ESCALATE
+
+
+def test_usage_window_reentries_escalate_past_their_bound() -> None:
+    window = RunFacts(ending="agent", stop_reason="provider_window", resets_at=RESET)
+    runs = [run(1, window), run(2, window, continuation_of=1)]
+    assert decide(last(runs), spend(runs), Limits(max_reentries=2)).action is Recovery.HALT
+    runs.append(run(3, window, continuation_of=2))
+    decision = decide(last(runs), spend(runs), Limits(max_reentries=2))
+    assert (decision.action, decision.exhausted) == (Recovery.ESCALATE, "reentries")
 
 
 def test_backoffs_escalate_past_their_cap_and_reset_on_anything_else() -> None:

@@ -41,6 +41,7 @@ def started(redis_url: str, workdir: Path, **env: str) -> LocalBaton:
             "BATON_MAX_CONTINUATIONS": "1",
             "BATON_BACKOFF_BASE_SECONDS": "0.2",
             "BATON_ESCALATION_MENTIONS": "octo-lead",
+            "BATON_RESUME_BUFFER_SECONDS": "0",
             **env,
         },
     )
@@ -455,6 +456,10 @@ async def _label_added(maintainer: Maintainer, repo: str, number: int, label: st
     return True
 
 
+async def _unlocked(store: Store, issue: IssueRef) -> bool:
+    return store.lock_holder(issue) is None
+
+
 async def _gone(path: Path) -> bool:
     return not path.exists()
 
@@ -596,3 +601,27 @@ async def test_wall_clock_caps_continue_from_pushed_work_or_escalate_when_spinni
             assert stuck.attempt == 1
     finally:
         capped.stop()
+
+
+async def test_a_usage_window_halts_the_issue_and_it_resumes_at_the_reset(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack)
+    body = "agent@1: write greeting.txt hel\nagent@1: window 3\nagent@2: write greeting.txt hello"
+    number = await queued_issue(maintainer, repo, "Finish after the window", body)
+    halted = await eventually(
+        lambda: run_state(store, repo, number, RunState.HALTED), "the halt", 30
+    )
+    assert halted.failure_class == "provider-window" and halted.resume_at is not None
+    issue = IssueRef(installation_id=1, repo=repo, number=number)
+    await eventually(lambda: _unlocked(store, issue), "the job releasing the issue's lock")
+    await eventually(lambda: _has_label(maintainer, repo, number, "baton:halted"), "halted label")
+    await eventually(
+        lambda: _comment_saying(maintainer, repo, number, "resumable at"), "the halt comment"
+    )
+    resumed = await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the resumed run", 60
+    )
+    assert resumed.attempt == 2 and resumed.continuation_of == 1
+    assert resumed.started_at >= halted.resume_at
+    assert await maintainer.labels(repo, number) == {"baton:review"}

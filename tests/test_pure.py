@@ -180,6 +180,7 @@ def test_escalation_comment_says_why_what_spent_it_and_what_to_do() -> None:
     spent = Spend(
         continuations=4,
         failed_attempts=1,
+        reentries=0,
         backoffs_in_a_row=0,
         by_class={"checks-failed": 4, "agent-error": 1},
     )

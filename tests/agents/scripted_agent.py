@@ -8,6 +8,7 @@ says in its issue what the agent does:
     agent: sleep SECONDS
     agent: exit CODE           stop with that exit code
     agent: env-dump PATH       write the environment as JSON to PATH (outside the worktree)
+    agent: window SECONDS      report a provider usage window that resets in SECONDS, and stop
 
 `agent@N: ...` does the same on attempt N only.
 """
@@ -19,6 +20,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 PREFIX = "agent: "
@@ -50,6 +52,17 @@ def main() -> int:
         elif verb == "exit":
             print(f"exiting {rest}", file=sys.stderr)
             return int(rest)
+        elif verb == "window":
+            resets_at = datetime.now(UTC) + timedelta(seconds=float(rest))
+            report = {
+                "status": "failed",
+                "stop_reason": "provider_window",
+                "failure_class": "provider-window",
+                "resets_at": resets_at.isoformat(),
+            }
+            Path(os.environ["BATON_RESULT"]).write_text(json.dumps(report))
+            print("You've hit your usage limit", file=sys.stderr)
+            return 1
         elif verb == "env-dump":
             Path(rest).write_text(json.dumps(dict(os.environ)))
     print("Done: followed the issue's instructions.")
