@@ -116,6 +116,51 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Resume every halted issue whose usage window has reopened (safe to run from cron)."""
+    from datetime import UTC, datetime
+
+    from bot.dispatch import Dispatcher
+    from bot.model import utcnow
+    from bot.recovery import resume_job
+    from bot.resume import Halt, plan_resumes
+
+    settings = load_settings()
+    store = _connected_store(settings)
+    now = datetime.fromisoformat(args.now) if args.now else utcnow()
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)
+    halts = [
+        Halt(issue=issue, resume_at=resume_at, run=store.latest_run(issue))
+        for issue, resume_at in store.halts()
+    ]
+    plan = plan_resumes(halts, now, args.issues)
+    unknown = sorted(set(args.issues) - {str(h.issue) for h in plan.due})
+    dispatch = Dispatcher.from_url(settings.redis_url, settings)
+    for halt in plan.stale:
+        store.clear_halt(halt.issue)
+    for halt in plan.due:
+        assert halt.run is not None
+        job = resume_job(settings, halt.issue, halt.run.attempt)
+        if args.dry_run:
+            verb = "would resume"
+        else:
+            verb = "resumed" if dispatch.enqueue_unless_pending(job) else "already resuming"
+        print(
+            f"{verb} {halt.issue} (halted attempt {halt.run.attempt}, "
+            f"due {halt.resume_at:%Y-%m-%d %H:%M} UTC)"
+        )
+    if not plan.due:
+        if plan.waiting:
+            first = plan.waiting[0]
+            print(f"nothing is due: next is {first.issue} at {first.resume_at:%Y-%m-%d %H:%M} UTC")
+        else:
+            print("nothing is due: no issue is halted")
+    for name in unknown:
+        print(f"{name} is not halted", file=sys.stderr)
+    return 2 if unknown else 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the whole loop on the sandbox GitHub."""
     from bot.demo import run_demo
@@ -151,6 +196,15 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox.add_argument("--webhook-url", default=None)
     status = add("status", cmd_status)
     status.add_argument("--limit", type=int, default=20, help="how many recent runs to list")
+    resume = add("resume", cmd_resume)
+    resume.add_argument(
+        "issues",
+        nargs="*",
+        metavar="OWNER/REPO#N",
+        help="resume these halted issues now, whatever their time",
+    )
+    resume.add_argument("--dry-run", action="store_true", help="say what would resume, do nothing")
+    resume.add_argument("--now", default=None, help="judge what is due as of this ISO 8601 time")
     demo = add("demo", cmd_demo)
     demo.add_argument("--keep", action="store_true", help="leave the processes running at the end")
     demo.add_argument("--workdir", type=Path, default=None, help="where to keep the demo's files")

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import redis
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 from rq import Queue, Retry
-from rq.job import Job
+from rq.job import Job, JobStatus
 from rq.queue import EnqueueData
 
 from bot.model import IssueRef
@@ -194,6 +194,21 @@ class Dispatcher:
             failure_ttl=FAILURE_TTL_S,
             description=spec.description,
         )
+
+    def enqueue_unless_pending(self, spec: JobSpec) -> bool:
+        """Enqueue a job unless it already waits in its queue or runs; return whether it did.
+
+        A job that is only scheduled is enqueued now: that is what a catch-up is for.
+        """
+        job = (
+            Job.fetch(spec.job_id, connection=self.connection)
+            if Job.exists(spec.job_id, connection=self.connection)
+            else None
+        )
+        if job is not None and job.get_status() in (JobStatus.QUEUED, JobStatus.STARTED):
+            return False
+        self.enqueue([spec])
+        return True
 
     def settle_head(self, installation_id: int, repo: str, head_sha: str) -> None:
         """Enqueue settlement of head_sha now."""

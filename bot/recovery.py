@@ -16,11 +16,11 @@ from gidgethub import HTTPException
 from bot import render
 from bot.budget import Decision, decide, spend
 from bot.classify import RunFacts, classify
-from bot.dispatch import Dispatcher, RunMode, run_issue_job
+from bot.dispatch import Dispatcher, JobSpec, RunMode, run_issue_job
 from bot.git import Git, Identity, Workspace
 from bot.github import GitHubClient
 from bot.labels import set_state_label
-from bot.model import Recovery, Run, RunState, utcnow
+from bot.model import IssueRef, Recovery, Run, RunState, utcnow
 from bot.render import CheckSummary
 from bot.settings import Settings
 from bot.store import Store
@@ -180,6 +180,13 @@ async def _perform(
         await escalate(services, gh, run, decision.reason, checks)
 
 
+def resume_job(settings: Settings, issue: IssueRef, halted_attempt: int) -> JobSpec:
+    """Return the re-entry of an issue halted at an attempt (scheduling it twice is harmless)."""
+    return run_issue_job(
+        settings, issue, f"after-{halted_attempt}", RunMode.CONTINUE, halted_attempt
+    )
+
+
 async def _halt(services: Services, gh: GitHubClient, run: Run) -> None:
     """Wait out a usage window: no lock or worker held, the re-entry scheduled at its reset."""
     settings, issue = services.settings, run.issue
@@ -195,8 +202,8 @@ async def _halt(services: Services, gh: GitHubClient, run: Run) -> None:
     )
     assert halted is not None
     reentry = spend(services.store.runs(issue)).reentries
-    job = run_issue_job(settings, issue, f"after-{run.attempt}", RunMode.CONTINUE, run.attempt)
-    services.dispatch.enqueue_at(job, resume_at)
+    services.store.record_halt(issue, resume_at)
+    services.dispatch.enqueue_at(resume_job(settings, issue, run.attempt), resume_at)
     await set_state_label(
         gh, services.store, services.dispatch, settings, issue, settings.halted_label
     )

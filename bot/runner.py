@@ -14,7 +14,7 @@ from bot import render
 from bot.agents import AgentConfigError, AgentRequest, adapter_for
 from bot.checks import failing_checks
 from bot.classify import Ending, RunFacts
-from bot.dispatch import RunMode
+from bot.dispatch import RunMode, run_issue_job
 from bot.git import GitError, branch_name
 from bot.github import GitHubApp, GitHubClient, github_app
 from bot.labels import set_state_label
@@ -27,6 +27,7 @@ from bot.tracker import label_names, open_or_update_pr, pr_files, read_issue, re
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = LOCK_TTL_MS / 1000 / 3
+CLAIM_RETRY_S = 30.0
 STOP_POLL_S = 1.0
 
 
@@ -41,6 +42,11 @@ async def run_issue(
             issue,
             services.store.lock_holder(issue),
         )
+        if mode is not RunMode.FRESH:
+            # A recovery is owed to this issue: try again once the holder is done, rather
+            # than lose it (a duplicate of this very job finds nothing to do then).
+            job = run_issue_job(services.settings, issue, f"after-{after}", mode, after)
+            services.dispatch.enqueue_later(job, CLAIM_RETRY_S)
         return None
     try:
         async with github_app(services.settings, services.store) as app:
@@ -119,6 +125,7 @@ class _Attempt:
             run = run.model_copy(update=await inherit_open_pr(gh, previous))
         self.store.save_run(run, self.claim)
         self.store.clear_stop(self.issue)
+        self.store.clear_halt(self.issue)
         self.store.mark("dispatch", utcnow())
         log.info("%s: attempt %d (%s) claimed on %s", self.issue, attempt, self.mode.value, branch)
         # In-progress goes on before any work starts: a crash never makes it look unclaimed.

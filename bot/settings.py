@@ -71,7 +71,18 @@ class Settings(BaseSettings):
         description="Logins @mentioned in escalation comments, comma-separated.",
     )
 
-    agent: Literal["command"] = Field(default="command", validation_alias="BATON_AGENT")
+    agent: Literal["command", "claude", "codex", "aider"] = Field(
+        default="command", validation_alias="BATON_AGENT"
+    )
+    agent_binary: str | None = Field(
+        default=None,
+        validation_alias="BATON_AGENT_BINARY",
+        description="The agent CLI to run, when not `claude`, `codex` or `aider` on PATH.",
+    )
+    agent_model: str | None = Field(default=None, validation_alias="BATON_AGENT_MODEL")
+    agent_max_turns: int | None = Field(
+        default=None, gt=0, validation_alias="BATON_AGENT_MAX_TURNS"
+    )
     agent_command: str | None = Field(default=None, validation_alias="BATON_AGENT_COMMAND")
     agent_passthrough_env: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

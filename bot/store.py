@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import cast
 
 import redis
@@ -112,6 +112,10 @@ def _issue_key(issue: IssueRef, *parts: str) -> str:
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _halt_member(issue: IssueRef) -> str:
+    return f"{issue.installation_id}:{issue.repo}:{issue.number}"
 
 
 def _run_address(repo: str, value: object) -> tuple[IssueRef, int] | None:
@@ -389,6 +393,30 @@ class Store:
         """Return the Baton state label the issue should carry, if one was recorded."""
         value = self.redis.get(_issue_key(issue, "desired-label"))
         return (_text(value) or None) if value is not None else None
+
+    # Halts: issues waiting for a provider's usage window ---------------
+
+    def record_halt(self, issue: IssueRef, resume_at: datetime) -> None:
+        """Index a halted issue by when it may resume, so a lost re-entry is found again."""
+        self.redis.zadd(f"{_PREFIX}:halted", {_halt_member(issue): resume_at.timestamp()})
+
+    def clear_halt(self, issue: IssueRef) -> None:
+        """Drop the issue from the halt index (it resumed, or moved on)."""
+        self.redis.zrem(f"{_PREFIX}:halted", _halt_member(issue))
+
+    def halts(self) -> list[tuple[IssueRef, datetime]]:
+        """Return every halted issue with when it may resume, soonest first."""
+        entries = cast(
+            list[tuple[object, float]],
+            self.redis.zrange(f"{_PREFIX}:halted", 0, -1, withscores=True),
+        )
+        halted = []
+        for member, score in entries:
+            installation, rest = _text(member).split(":", 1)
+            repo, number = rest.rsplit(":", 1)
+            issue = IssueRef(installation_id=int(installation), repo=repo, number=int(number))
+            halted.append((issue, datetime.fromtimestamp(float(score), UTC)))
+        return halted
 
     # Stop requests ------------------------------------------------------
 

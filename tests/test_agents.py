@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from bot.agents import AgentConfigError
+from bot.agents import AgentConfigError, adapter_for
 from bot.agents.base import FORBIDDEN_ENV, AgentRequest
 from bot.agents.command import CommandAdapter
 from bot.model import utcnow
+from bot.settings import Settings
 
 SECRETS = {
     "GITHUB_PRIVATE_KEY": "-----BEGIN RSA PRIVATE KEY-----\nsecret\n",
@@ -158,3 +159,23 @@ async def test_a_command_that_cannot_start_is_an_env_start_failure(tmp_path: Pat
 def test_missing_or_malformed_command_is_refused_clearly(command: str | None) -> None:
     with pytest.raises(AgentConfigError, match="BATON_AGENT_COMMAND"):
         CommandAdapter(command)
+
+
+@pytest.mark.parametrize(
+    ("agent", "flag"), [("claude", "--max-turns"), ("codex", None), ("aider", None)]
+)
+def test_settings_select_the_agent_and_its_options(
+    tmp_path: Path, agent: str, flag: str | None
+) -> None:
+    settings = Settings(
+        BATON_AGENT=agent,
+        BATON_AGENT_MODEL="some-model",
+        BATON_AGENT_MAX_TURNS=7,
+        BATON_AGENT_BINARY="/opt/agents/bin/cli",
+    )
+    adapter = adapter_for(settings)
+    assert adapter.name == agent
+    argv = adapter.argv(request_for(tmp_path))  # type: ignore[attr-defined]
+    assert argv[0] == "/opt/agents/bin/cli" and "some-model" in argv
+    if flag is not None:
+        assert argv[argv.index(flag) + 1] == "7"

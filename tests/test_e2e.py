@@ -184,7 +184,8 @@ async def test_red_ci_comes_back_to_the_agent_and_goes_green_on_the_same_pr(
     # A late failure for the old head changes nothing.
     await _redeliver_suite(maintainer, repo, str(first.head_sha))
     await asyncio.sleep(1.5)
-    assert latest_run(store, repo, number) == run
+    latest = latest_run(store, repo, number)
+    assert latest is not None and (latest.attempt, latest.state) == (2, RunState.PUSHED_GREEN)
 
 
 async def _redeliver_suite(maintainer: Maintainer, repo: str, sha: str) -> None:
@@ -359,11 +360,12 @@ async def test_concurrent_and_repeated_deliveries_make_one_run(
             *(_post_signed(session, stack, body, str(uuid.uuid4())) for _ in range(2)),
         )
     assert answers[1:] == [202, 202]
-    run = await eventually(
+    await eventually(
         lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the run going green", 90
     )
     await asyncio.sleep(1)  # give any duplicate job time to (wrongly) start
-    assert run.attempt == 1 and latest_run(store, repo, number) == run
+    latest = latest_run(store, repo, number)
+    assert latest is not None and (latest.attempt, latest.state) == (1, RunState.PUSHED_GREEN)
     assert len(await maintainer.pulls(repo)) == 1
     assert len(await baton_comments(maintainer, repo, number)) == 1
 
@@ -538,7 +540,8 @@ async def test_closing_the_issue_stops_a_live_run_and_keeps_its_work(
     )
     assert branch["commit"]["sha"] == run.head_sha, "the work is kept on its branch"
     await asyncio.sleep(1)
-    assert latest_run(store, repo, number) == run, "no new attempt after an operator's stop"
+    latest = latest_run(store, repo, number)
+    assert latest is not None and latest.attempt == run.attempt, "no new attempt after a stop"
 
 
 async def test_a_withdrawn_issue_gets_no_further_attempt(
@@ -560,7 +563,8 @@ async def test_a_withdrawn_issue_gets_no_further_attempt(
         "the status comment saying so",
     )
     await asyncio.sleep(1)
-    assert latest_run(store, repo, number) == run
+    latest = latest_run(store, repo, number)
+    assert latest is not None and latest.attempt == run.attempt == 1
     assert await maintainer.labels(repo, number) == set()
 
 

@@ -44,6 +44,7 @@ class AgentRequest:
     home: Path
     passthrough_env: tuple[str, ...] = ()
     extra_env: dict[str, str] = field(default_factory=dict)
+    resume_session_id: str | None = None  # continue this CLI session if it exists on this worker
 
     @property
     def transcript_path(self) -> Path:

@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -28,6 +29,7 @@ class ProcessOutcome:
     ended_at: datetime
     tail: list[str]
     spawn_error: str | None = None
+    turn_capped: bool = False
 
 
 async def run_process(
@@ -39,8 +41,9 @@ async def run_process(
     transcript: Path,
     stderr: Path,
     deadline: datetime,
+    stop_on: Callable[[str], bool] | None = None,
 ) -> ProcessOutcome:
-    """Run argv until it exits or the deadline passes, capturing stdout and stderr to files."""
+    """Run argv until it exits, the deadline passes or stop_on flags a stdout line."""
     started = utcnow()
     transcript.parent.mkdir(parents=True, exist_ok=True)
     tail: deque[str] = deque(maxlen=EVIDENCE_LINES)
@@ -60,10 +63,15 @@ async def run_process(
             return ProcessOutcome(None, False, started, utcnow(), [], spawn_error=str(exc))
         assert proc.stdout is not None
         timeout = max((deadline - started).total_seconds(), 0.0)
-        timed_out = False
+        timed_out = turn_capped = False
         try:
-            await asyncio.wait_for(_stream(proc.stdout, transcript, tail), timeout)
-            await proc.wait()
+            turn_capped = await asyncio.wait_for(
+                _stream(proc.stdout, transcript, tail, stop_on), timeout
+            )
+            if turn_capped:
+                await _terminate(proc)
+            else:
+                await proc.wait()
         except TimeoutError:
             timed_out = True
             await _terminate(proc)
@@ -72,10 +80,17 @@ async def run_process(
             await asyncio.shield(_terminate(proc))
             raise
     tail.extend(_last_lines(stderr))
-    return ProcessOutcome(proc.returncode, timed_out, started, utcnow(), list(tail))
+    return ProcessOutcome(
+        proc.returncode, timed_out, started, utcnow(), list(tail), turn_capped=turn_capped
+    )
 
 
-async def _stream(stdout: asyncio.StreamReader, transcript: Path, tail: deque[str]) -> None:
+async def _stream(
+    stdout: asyncio.StreamReader,
+    transcript: Path,
+    tail: deque[str],
+    stop_on: Callable[[str], bool] | None,
+) -> bool:
     with transcript.open("wb") as out:
         while True:
             try:
@@ -83,10 +98,13 @@ async def _stream(stdout: asyncio.StreamReader, transcript: Path, tail: deque[st
             except ValueError:  # a line over MAX_LINE: keep what fits, carry on
                 line = await stdout.read(MAX_LINE)
             if not line:
-                return
+                return False
             out.write(line)
             out.flush()
-            tail.append(line.decode(errors="replace").rstrip("\n"))
+            text = line.decode(errors="replace").rstrip("\n")
+            tail.append(text)
+            if stop_on is not None and stop_on(text):
+                return True
 
 
 async def _terminate(proc: asyncio.subprocess.Process) -> None:
