@@ -334,6 +334,9 @@ class _Attempt:
             deadline=utcnow() + timedelta(seconds=self.settings.agent_wall_clock_seconds),
             home=home,
             passthrough_env=tuple(self.settings.agent_passthrough_env),
+            # The agent picks its session up where the CLI can and the session is on this
+            # machine; the brief alone is always enough when it cannot.
+            resume_session_id=_previous_session(continuation),
         )
         agent = asyncio.create_task(adapter_for(self.settings).run(request))
         watch = asyncio.create_task(self._watch_for_stop(agent))
@@ -402,6 +405,12 @@ class _Attempt:
             if not self.store.heartbeat(self.claim):
                 log.error("%s: heartbeat found the lock lost", self.issue)
                 return
+
+
+def _previous_session(continuation: Continuation | None) -> str | None:
+    if continuation is None or continuation.previous.agent_result is None:
+        return None
+    return continuation.previous.agent_result.session_id
 
 
 class _NotNow(Exception):
