@@ -122,7 +122,9 @@ async def test_labelled_issue_becomes_a_green_pr_then_merges(
         RunState.PUSHED_PENDING,
         RunState.PUSHED_GREEN,
     ]
-    assert await maintainer.labels(repo, number) == {"baton:review"}
+    await eventually(
+        lambda: _labels_are(maintainer, repo, number, {"baton:review"}), "labels settling"
+    )
 
     [pr] = await maintainer.pulls(repo)
     assert pr["head"]["ref"] == run.branch and pr["head"]["sha"] == run.head_sha
@@ -167,7 +169,9 @@ async def test_red_ci_comes_back_to_the_agent_and_goes_green_on_the_same_pr(
     assert run.head_sha != first.head_sha
     [pr] = await maintainer.pulls(repo)
     assert pr["head"]["sha"] == run.head_sha
-    assert await maintainer.labels(repo, number) == {"baton:review"}
+    await eventually(
+        lambda: _labels_are(maintainer, repo, number, {"baton:review"}), "labels settling"
+    )
 
     brief = (stack.workdir / "baton" / "runs" / repo / str(number) / "2" / "brief.md").read_text()
     assert "Attempt 2 of 2." in brief
@@ -257,7 +261,9 @@ async def test_spent_budget_escalates_once_even_with_every_webhook_delivered_twi
         await asyncio.sleep(2)  # the duplicates have every chance to act twice
     finally:
         await maintainer.gh.post("/_sandbox/faults", data={"webhooks": {"duplicate_rate": 0.0}})
-    assert await maintainer.labels(repo, number) == {"baton:escalated"}
+    await eventually(
+        lambda: _labels_are(maintainer, repo, number, {"baton:escalated"}), "labels settling"
+    )
     escalations = [
         c
         for c in await baton_comments(maintainer, repo, number)
@@ -298,7 +304,9 @@ async def test_agent_failures_are_retried_then_escalated_without_a_pr(
     assert [r.failure_class for r in runs] == ["agent-error"] * 3
     assert all(r.agent_result is not None and r.agent_result.exit_code == 3 for r in runs)
     assert await maintainer.pulls(repo) == []
-    assert await maintainer.labels(repo, number) == {"baton:escalated"}
+    await eventually(
+        lambda: _labels_are(maintainer, repo, number, {"baton:escalated"}), "labels settling"
+    )
     await eventually(
         lambda: _comment_saying(
             maintainer, repo, number, "agent-error, and all 3 failed attempts are spent"
@@ -565,7 +573,7 @@ async def test_a_withdrawn_issue_gets_no_further_attempt(
     await asyncio.sleep(1)
     latest = latest_run(store, repo, number)
     assert latest is not None and latest.attempt == run.attempt == 1
-    assert await maintainer.labels(repo, number) == set()
+    await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels settling")
 
 
 async def test_wall_clock_caps_continue_from_pushed_work_or_escalate_when_spinning(
@@ -628,4 +636,6 @@ async def test_a_usage_window_halts_the_issue_and_it_resumes_at_the_reset(
     )
     assert resumed.attempt == 2 and resumed.continuation_of == 1
     assert resumed.started_at >= halted.resume_at
-    assert await maintainer.labels(repo, number) == {"baton:review"}
+    await eventually(
+        lambda: _labels_are(maintainer, repo, number, {"baton:review"}), "labels settling"
+    )
