@@ -6,6 +6,7 @@ import enum
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import redis
 from pydantic import BaseModel, ConfigDict, TypeAdapter
@@ -134,6 +135,18 @@ def sync_labels_job(issue: IssueRef) -> JobSpec:
     )
 
 
+def _rq_options(spec: JobSpec) -> dict[str, Any]:
+    """Return the RQ options every way of enqueueing a spec shares."""
+    retries = spec.retry_intervals_s
+    return {
+        "job_id": spec.job_id,
+        "result_ttl": RESULT_TTL_S,
+        "failure_ttl": FAILURE_TTL_S,
+        "description": spec.description,
+        "retry": Retry(len(retries), list(retries)) if retries else None,
+    }
+
+
 class Dispatcher:
     """Put jobs on Baton's queues."""
 
@@ -159,16 +172,7 @@ class Dispatcher:
         for spec in specs:
             by_queue.setdefault(spec.queue, []).append(
                 Queue.prepare_data(
-                    spec.func,
-                    spec.args,
-                    job_id=spec.job_id,
-                    timeout=spec.timeout_s,
-                    result_ttl=RESULT_TTL_S,
-                    failure_ttl=FAILURE_TTL_S,
-                    description=spec.description,
-                    retry=Retry(len(spec.retry_intervals_s), list(spec.retry_intervals_s))
-                    if spec.retry_intervals_s
-                    else None,
+                    spec.func, spec.args, timeout=spec.timeout_s, **_rq_options(spec)
                 )
             )
         with self.connection.pipeline() as pipe:
@@ -185,14 +189,7 @@ class Dispatcher:
         # RQ schedules by whole seconds, rounding down: round up, so it is never early.
         not_before = when.replace(microsecond=0) + timedelta(seconds=1 if when.microsecond else 0)
         self.queues[spec.queue].enqueue_at(
-            not_before,
-            spec.func,
-            *spec.args,
-            job_id=spec.job_id,
-            job_timeout=spec.timeout_s,
-            result_ttl=RESULT_TTL_S,
-            failure_ttl=FAILURE_TTL_S,
-            description=spec.description,
+            not_before, spec.func, *spec.args, job_timeout=spec.timeout_s, **_rq_options(spec)
         )
 
     def enqueue_unless_pending(self, spec: JobSpec) -> bool:
