@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
 
+import redis
 from pydantic import ValidationError
 
 from bot.dispatch import JOB_SPECS, Dispatcher, JobSpec
@@ -45,23 +46,32 @@ class _Pending:
 
 
 class Intake:
-    """The web side: record deliveries in batches, one Redis call per turn of the event loop."""
+    """The web side: record deliveries in batches, with one Redis call in flight at a time.
+
+    A delivery that finds no write in flight writes itself at once, on its own
+    task, so a quiet server answers without an extra turn of the event loop.
+    Deliveries that arrive while a write is in flight wait and go together in
+    the next one: under load each Redis call carries many deliveries.
+    """
 
     def __init__(self, log_: IntakeLog) -> None:
         self._log = log_
         self._pending: list[_Pending] = []
+        self._writing = False
+        self._next_write: asyncio.Future[None] | None = None
 
     async def submit(self, delivery_id: str, jobs: Sequence[JobSpec]) -> bool:
         """Record the delivery and its jobs unless it was seen before; return whether it was new."""
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future[bool] = loop.create_future()
-        if not self._pending:
-            # After the callbacks already ready: every delivery read in this turn joins in.
-            loop.call_soon(lambda: asyncio.ensure_future(self._write()))
-        self._pending.append(
-            _Pending(delivery_id, JOB_SPECS.dump_json(list(jobs)).decode(), answer)
+        pending = _Pending(
+            delivery_id,
+            JOB_SPECS.dump_json(list(jobs)).decode(),
+            asyncio.get_running_loop().create_future(),
         )
-        return await answer
+        self._pending.append(pending)
+        if not self._writing:
+            self._writing = True
+            await self._write()
+        return await pending.answer
 
     async def _write(self) -> None:
         batch, self._pending = self._pending, []
@@ -70,9 +80,21 @@ class Intake:
         except Exception as exc:
             for pending in batch:
                 pending.answer.set_exception(exc)
-            return
-        for pending, new in zip(batch, fresh, strict=True):
-            pending.answer.set_result(new)
+        except BaseException:
+            # A cancelled writer must not leave the deliveries it carried waiting forever.
+            interrupted = redis.ConnectionError("the intake write was interrupted")
+            for pending in batch:
+                pending.answer.set_exception(interrupted)
+            raise
+        else:
+            for pending, new in zip(batch, fresh, strict=True):
+                pending.answer.set_result(new)
+        finally:
+            if self._pending:
+                # Held so the task is not collected while it waits for Redis.
+                self._next_write = asyncio.ensure_future(self._write())
+            else:
+                self._writing = False
 
 
 def forward(

@@ -114,9 +114,13 @@ def create_app(settings: Settings, store: Store, dispatch: Dispatcher) -> web.Ap
     """Build the web application."""
     settings.webhook_secret  # noqa: B018 - refuse to build an app that would accept unsigned events
     app = web.Application(client_max_size=MAX_PAYLOAD_BYTES)
-    app[CONTEXT] = WebContext(
-        settings, store, dispatch, Intake(IntakeLog.from_url(settings.redis_url))
-    )
+    intake_log = IntakeLog.from_url(settings.redis_url)
+    app[CONTEXT] = WebContext(settings, store, dispatch, Intake(intake_log))
+
+    async def close_intake(_app: web.Application) -> None:
+        await intake_log.close()
+
+    app.on_cleanup.append(close_intake)
     app.router.add_post("/webhook", receive_webhook)
     app.router.add_get("/healthz", health)
     return app

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import AsyncIterator
 
 import pytest
+import redis
 from rq import Queue
 
 from bot import intake
 from bot.dispatch import AGENTS, JOB_SPECS, Dispatcher, run_issue_job
-from bot.intake import forward, forward_once
+from bot.intake import Intake, forward, forward_once
 from bot.model import IssueRef
 from bot.settings import Settings
 from bot.store import IntakeLog, Store
@@ -23,8 +26,10 @@ def dispatch(settings: Settings, redis_url: str) -> Dispatcher:
 
 
 @pytest.fixture
-def intake_log(redis_url: str) -> IntakeLog:
-    return IntakeLog.from_url(redis_url)
+async def intake_log(redis_url: str) -> AsyncIterator[IntakeLog]:
+    log_ = IntakeLog.from_url(redis_url)
+    yield log_
+    await log_.close()
 
 
 def jobs_for(settings: Settings, delivery: str) -> str:
@@ -98,6 +103,39 @@ async def test_an_unreadable_entry_is_dropped_and_logged(
         assert forward(store, dispatch, store.read_intake("f", 10, None)) == 1
     assert "intake entry for delivery bad is unreadable" in caplog.text
     assert store.intake_backlog() == 0
+
+
+def evalsha_calls(redis_url: str) -> int:
+    stats = redis.Redis.from_url(redis_url).info("commandstats")
+    return sum(
+        int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("evalsha", "eval")
+    )
+
+
+async def test_deliveries_arriving_together_share_redis_calls_and_get_their_own_answers(
+    intake_log: IntakeLog, store: Store, settings: Settings, redis_url: str
+) -> None:
+    web_intake = Intake(intake_log)
+    redis.Redis.from_url(redis_url).config_resetstat()
+    deliveries = [f"d{n}" for n in range(40)] + ["d0", "d7"]
+    answers = await asyncio.gather(
+        *(web_intake.submit(d, [run_issue_job(settings, ISSUE, d)]) for d in deliveries)
+    )
+    assert answers == [True] * 40 + [False, False]
+    assert store.intake_backlog() == 40
+    # The first delivery writes alone; the rest wait for it and go in one more call.
+    assert evalsha_calls(redis_url) == 2
+
+
+async def test_the_intake_reconnects_when_redis_drops_its_connection(
+    intake_log: IntakeLog, store: Store, settings: Settings, redis_url: str
+) -> None:
+    await intake_log.accept([("d1", jobs_for(settings, "d1"))])
+    admin = redis.Redis.from_url(redis_url)
+    (intake_client,) = [c for c in admin.client_list() if c["name"] == "baton-intake"]
+    admin.client_kill_filter(_id=intake_client["id"])
+    assert await intake_log.accept([("d2", jobs_for(settings, "d2"))]) == [True]
+    assert store.intake_backlog() == 2
 
 
 def test_job_specs_round_trip_through_json(settings: Settings) -> None:
