@@ -10,31 +10,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
-from bot.model import Budget, Classification, Recovery, Run
-
-
-class Limits(BaseModel):
-    """An issue's budgets."""
-
-    model_config = ConfigDict(frozen=True)
-
-    max_attempts: int = Field(default=3, ge=1, description="failed attempts before escalating")
-    max_continuations: int = Field(
-        default=3, ge=0, description="continuations on the same branch before escalating"
-    )
-    max_reentries: int = Field(
-        default=2, ge=0, description="resumptions after usage windows before escalating"
-    )
-    max_backoffs: int = Field(
-        default=5, ge=0, description="retries charged to nothing, in a row, before escalating"
-    )
-
-    @property
-    def max_runs(self) -> int:
-        """Return how many attempts an issue can see: the first and every continuation."""
-        return 1 + self.max_continuations
+from bot.model import Budget, Classification, Limits, Recovery, Run
 
 
 class Spend(BaseModel):
@@ -47,6 +25,7 @@ class Spend(BaseModel):
     reentries: int
     backoffs_in_a_row: int
     by_class: dict[str, int]
+    cost_usd: float = 0.0
 
 
 class Decision(BaseModel):
@@ -56,7 +35,7 @@ class Decision(BaseModel):
 
     action: Recovery
     reason: str
-    exhausted: Literal["continuations", "attempts", "reentries", "backoffs"] | None = None
+    exhausted: Literal["continuations", "attempts", "reentries", "backoffs", "cost"] | None = None
 
 
 def spend(runs: Sequence[Run]) -> Spend:
@@ -81,6 +60,9 @@ def spend(runs: Sequence[Run]) -> Spend:
         by_class=dict(
             Counter(c.failure_class.value for c in classified if c.charged_to is not Budget.NOTHING)
         ),
+        cost_usd=sum(
+            run.agent_result.cost_usd or 0.0 for run in since if run.agent_result is not None
+        ),
     )
 
 
@@ -92,6 +74,23 @@ def decide(classification: Classification, spent: Spend, limits: Limits) -> Deci
     """
     recovery = classification.recovery
     name = classification.failure_class.value
+    if (
+        recovery in _MORE_WORK
+        and limits.max_cost_usd is not None
+        and spent.cost_usd >= limits.max_cost_usd
+    ):
+        return Decision(
+            action=Recovery.ESCALATE,
+            reason=f"{name}, and ${spent.cost_usd:.2f} of the ${limits.max_cost_usd:.2f} "
+            "cost cap is spent",
+            exhausted="cost",
+        )
+    if recovery is Recovery.HALT and not limits.halt_on_usage_window:
+        return Decision(
+            action=Recovery.ESCALATE,
+            reason=f"{name}: this repository does not resume after usage windows on its own "
+            "(halt_on_usage_window is off)",
+        )
     if recovery in (Recovery.CONTINUE, Recovery.REQUEUE):
         if spent.continuations > limits.max_continuations:
             return Decision(
@@ -123,6 +122,11 @@ def decide(classification: Classification, spent: Spend, limits: Limits) -> Deci
         return Decision(action=Recovery.ESCALATE, reason=f"{name}: {_WHY_ESCALATE[name]}")
     return Decision(action=recovery, reason=name)
 
+
+# Recoveries that start another run of the agent, and so spend more.
+_MORE_WORK = frozenset(
+    {Recovery.CONTINUE, Recovery.REQUEUE, Recovery.RETRY, Recovery.BACKOFF, Recovery.HALT}
+)
 
 _WHY_ESCALATE = {
     "turn-cap-spinning": "the agent used all its turns without committing anything",

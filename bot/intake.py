@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 READ_BATCH = 500
 READ_BLOCK_MS = 1000
+GATHER_S = 0.01
 RECLAIM_IDLE_MS = 30_000  # an entry read this long ago and not acknowledged lost its forwarder
 
 
@@ -151,7 +152,10 @@ def run_forwarder() -> None:
     log.info("intake forwarder %s started", consumer)
     while not stopping:
         try:
-            forward_once(store, dispatch, consumer, READ_BLOCK_MS)
+            if forward_once(store, dispatch, consumer, READ_BLOCK_MS):
+                # Let the next deliveries gather: under load one RQ round trip then
+                # carries many jobs, for a delay no run would notice.
+                time.sleep(GATHER_S)
         except Exception:
             log.exception("intake forwarder %s: forwarding failed; retrying", consumer)
             time.sleep(1)

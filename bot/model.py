@@ -183,6 +183,51 @@ class AgentResult(BaseModel):
         return self.ended_at - self.started_at
 
 
+class Limits(BaseModel):
+    """An issue's budgets."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_attempts: int = Field(default=3, ge=1, description="failed attempts before escalating")
+    max_continuations: int = Field(
+        default=3, ge=0, description="continuations on the same branch before escalating"
+    )
+    max_reentries: int = Field(
+        default=2, ge=0, description="resumptions after usage windows before escalating"
+    )
+    max_backoffs: int = Field(
+        default=5, ge=0, description="retries charged to nothing, in a row, before escalating"
+    )
+    max_cost_usd: float | None = Field(
+        default=None,
+        gt=0,
+        description="agent spend since a human queued the issue past which nothing more starts",
+    )
+    halt_on_usage_window: bool = Field(
+        default=True,
+        description="wait out a provider's usage window and resume; otherwise escalate",
+    )
+
+    @property
+    def max_runs(self) -> int:
+        """Return how many attempts an issue can see: the first and every continuation."""
+        return 1 + self.max_continuations
+
+
+class Policy(BaseModel):
+    """What applied to an attempt, recorded on its run so every later step of it agrees.
+
+    Built from the deployment's settings and the repository's `.github/baton.yml`
+    when the attempt is claimed; a changed file applies from the next attempt.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    limits: Limits = Field(default_factory=lambda: Limits())
+    account: str = Field(description="the provider account the agent spends")
+    escalation_mentions: tuple[str, ...] = ()
+
+
 class Run(BaseModel):
     """One attempt at one issue, as recorded in Redis."""
 
@@ -213,6 +258,9 @@ class Run(BaseModel):
     failure_class: str | None = None
     reason: str | None = None
     classification: Classification | None = None
+    policy: Policy | None = Field(
+        default=None, description="the budgets and account that applied (absent: the defaults)"
+    )
 
     @property
     def run_id(self) -> str:

@@ -20,7 +20,7 @@ from bot.dispatch import Dispatcher, JobSpec, RunMode, run_issue_job
 from bot.git import Git, Identity, Workspace
 from bot.github import GitHubClient
 from bot.labels import set_state_label
-from bot.model import IssueRef, Recovery, Run, RunState, utcnow
+from bot.model import IssueRef, Policy, Recovery, Run, RunState, utcnow
 from bot.render import CheckSummary
 from bot.settings import Settings
 from bot.store import Store
@@ -133,7 +133,7 @@ async def conclude(
         log.info("%s: attempt %d was classified already", run.issue, run.attempt)
         return None
     decision = decide(
-        classification, spend(services.store.runs(run.issue)), services.settings.limits
+        classification, spend(services.store.runs(run.issue)), policy_of(services, done).limits
     )
     log.info(
         "%s: attempt %d is %s → %s (%s)",
@@ -180,6 +180,11 @@ async def _perform(
         await escalate(services, gh, run, decision.reason, checks)
 
 
+def policy_of(services: Services, run: Run) -> Policy:
+    """Return what applied to the run: as recorded when it was claimed, else the defaults."""
+    return run.policy or services.settings.policy
+
+
 def resume_job(settings: Settings, issue: IssueRef, halted_attempt: int) -> JobSpec:
     """Return the re-entry of an issue halted at an attempt (scheduling it twice is harmless)."""
     return run_issue_job(
@@ -202,28 +207,26 @@ async def _halt(services: Services, gh: GitHubClient, run: Run) -> None:
     )
     assert halted is not None
     reentry = spend(services.store.runs(issue)).reentries
+    policy = policy_of(services, run)
+    # The window is the account's: no other run that would spend it starts before it reopens.
+    services.store.close_window(policy.account, resume_at)
     services.store.record_halt(issue, resume_at)
     services.dispatch.enqueue_at(resume_job(settings, issue, run.attempt), resume_at)
     await set_state_label(
         gh, services.store, services.dispatch, settings, issue, settings.halted_label
     )
-    when = (
-        resume_at.strftime("%H:%M UTC")
-        if resume_at.date() == utcnow().date()
-        else (resume_at.strftime("%Y-%m-%d %H:%M UTC"))
-    )
     await report(
         services,
         gh,
         halted,
-        f"halted by a usage window: resumable at {when} "
-        f"(re-entry {reentry}/{settings.max_resume_reentries})",
+        f"halted by a usage window: resumable at {render.instant(resume_at, utcnow())} "
+        f"(re-entry {reentry}/{policy.limits.max_reentries})",
     )
 
 
 def _dispatch_next(services: Services, run: Run, action: Recovery) -> str:
     settings, issue = services.settings, run.issue
-    limits = settings.limits
+    limits = policy_of(services, run).limits
     if action in (Recovery.CONTINUE, Recovery.REQUEUE):
         job = run_issue_job(settings, issue, f"after-{run.attempt}", RunMode.CONTINUE, run.attempt)
         services.dispatch.enqueue([job])
@@ -256,8 +259,9 @@ async def escalate(
         return
     runs = store.runs(issue)
     work = next((r for r in reversed(runs) if r.head_sha is not None), None)
+    policy = policy_of(services, run)
     body = render.escalation_comment(
-        reason, spend(runs), settings.limits, work, settings.escalation_mentions
+        reason, spend(runs), policy.limits, work, list(policy.escalation_mentions)
     )
     try:
         await post_comment(gh, issue, body)

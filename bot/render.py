@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
-from bot.budget import Limits, Spend
-from bot.model import Run, RunState
+from bot.budget import Spend
+from bot.model import Limits, Run, RunState
 
 STATUS_MARKER = "<!-- baton:status -->"
 ESCALATION_MARKER = "<!-- baton:escalation -->"
@@ -47,6 +48,11 @@ def duration(delta: timedelta) -> str:
         return f"{minutes}m {secs:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h {minutes:02d}m"
+
+
+def instant(at: datetime, now: datetime) -> str:
+    """Return a time the way a status line gives it: the clock today, the date otherwise."""
+    return at.strftime("%H:%M UTC" if at.date() == now.date() else "%Y-%m-%d %H:%M UTC")
 
 
 class CheckSummary(BaseModel):
@@ -176,6 +182,35 @@ def status_comment(
     return "\n".join(lines)
 
 
+def waiting_comment(account: str, reopens_at: datetime, now: datetime) -> str:
+    """Return the status comment of an issue that waits, unstarted, for a usage window."""
+    return "\n".join(
+        [
+            STATUS_MARKER,
+            "**Baton** · waiting for a usage window",
+            "",
+            f"The agent's provider account `{account}` is in a usage window, so no run on it "
+            "starts until the window reopens; nothing was spent.",
+            "",
+            f"Next: starting at {instant(reopens_at, now)}, when the window reopens.",
+        ]
+    )
+
+
+def config_error_comment(path: str, ref: str, problems: Sequence[str]) -> str:
+    """Return the comment that says the repository's Baton file is invalid and nothing started."""
+    return "\n".join(
+        [
+            STATUS_MARKER,
+            f"**Baton** · `{path}` on `{ref}` is not valid, so nothing was started.",
+            "",
+            *(f"- {problem}" for problem in problems),
+            "",
+            "Fix the file on the default branch, then add the queue label again.",
+        ]
+    )
+
+
 def pull_status_comment(
     runs: list[Run], checks: list[CheckSummary], next_step: str, now: datetime
 ) -> str:
@@ -236,6 +271,8 @@ def escalation_comment(
         lines.append(
             f"| re-entries after usage windows | {spent.reentries} | {limits.max_reentries} |"
         )
+    if limits.max_cost_usd is not None:
+        lines.append(f"| agent cost | ${spent.cost_usd:.2f} | ${limits.max_cost_usd:.2f} |")
     if spent.by_class:
         breakdown = ", ".join(f"{name}: {count}" for name, count in sorted(spent.by_class.items()))
         lines += ["", f"What spent them: {breakdown}."]
@@ -251,7 +288,8 @@ def escalation_comment(
         "What you can do:",
         "- Re-scope the issue (say more precisely what is wanted), then add the queue "
         "label again: a fresh run starts with fresh budgets.",
-        "- Raise the budgets (`BATON_MAX_ATTEMPTS`, `BATON_MAX_CONTINUATIONS`) for every issue.",
+        "- Raise the budgets for this repository in `.github/baton.yml` (`max_attempts`, "
+        "`max_continuations`, `max_cost_usd`), or for every repository in Baton's settings.",
         "- Finish it by hand" + (" from the branch above." if work and work.head_sha else "."),
     ]
     if mentions:

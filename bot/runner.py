@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from bot import render
 from bot.agents import AgentConfigError, AgentRequest, adapter_for
 from bot.checks import failing_checks
 from bot.classify import Ending, RunFacts
+from bot.config import CONFIG_PATH, InvalidRepoConfig, apply_repo_config
 from bot.dispatch import RunMode, run_issue_job
 from bot.git import GitError, branch_name
 from bot.github import GitHubApp, GitHubClient, github_app
@@ -22,7 +23,15 @@ from bot.model import AgentResult, IssueRef, Run, RunState, utcnow
 from bot.recovery import Services, conclude, report
 from bot.render import Continuation, ReviewComment, ReviewSummary
 from bot.store import LOCK_TTL_MS, Claim, LockLost
-from bot.tracker import label_names, open_or_update_pr, pr_files, read_issue, read_pull
+from bot.tracker import (
+    label_names,
+    load_repo_config,
+    open_or_update_pr,
+    pr_files,
+    read_issue,
+    read_pull,
+    upsert_comment,
+)
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +120,19 @@ class _Attempt:
         except _NotNow as why:
             log.info("%s: not starting a %s run: %s", self.issue, self.mode.value, why)
             return None
+        repo = await gh.getitem("/repos/{+repo}", {"repo": self.issue.repo})
+        base = str(repo["default_branch"])
+        try:
+            config = await load_repo_config(gh, self.store, self.issue.repo, base)
+        except InvalidRepoConfig as exc:
+            await self._refuse_config(gh, exc, base)
+            return None
+        self.settings = apply_repo_config(self.settings, config)
+        policy = self.settings.policy
+        reopens_at = self.store.window_reopens_at(policy.account, utcnow())
+        if reopens_at is not None and policy.limits.halt_on_usage_window:
+            await self._wait_for_window(gh, policy.account, reopens_at, labels)
+            return None
         attempt = self.store.next_attempt(self.claim)
         branch = previous.branch if previous else branch_name(self.issue.number, data["title"])
         run = Run.claimed(self.issue, attempt, branch, utcnow()).model_copy(
@@ -119,6 +141,7 @@ class _Attempt:
                 if previous and self.mode is RunMode.CONTINUE
                 else None,
                 "queued_fresh": self.mode is RunMode.FRESH,
+                "policy": policy,
             }
         )
         if self.mode is RunMode.CONTINUE and previous is not None:
@@ -126,6 +149,7 @@ class _Attempt:
         self.store.save_run(run, self.claim)
         self.store.clear_stop(self.issue)
         self.store.clear_halt(self.issue)
+        self.store.clear_wait(self.issue)
         self.store.mark("dispatch", utcnow())
         log.info("%s: attempt %d (%s) claimed on %s", self.issue, attempt, self.mode.value, branch)
         # In-progress goes on before any work starts: a crash never makes it look unclaimed.
@@ -141,7 +165,7 @@ class _Attempt:
         await report(self.services, gh, run)
         heartbeat = asyncio.create_task(self._heartbeat())
         try:
-            return await self._work(gh, run, data, previous)
+            return await self._work(gh, run, data, previous, base, str(repo["clone_url"]))
         except LockLost:
             log.warning("%s: lost the issue's lock; stopping without touching GitHub", self.issue)
             return None
@@ -149,6 +173,53 @@ class _Attempt:
             return await self._end(gh, run, "infra-failed", RunState.FAILED, _one_line(exc))
         finally:
             heartbeat.cancel()
+
+    async def _wait_for_window(
+        self, gh: GitHubClient, account: str, reopens_at: datetime, labels: set[str]
+    ) -> None:
+        """Start nothing while the account's window is closed; come back when it reopens."""
+        key = f"window-{int(reopens_at.timestamp())}"
+        self.services.dispatch.enqueue_at(
+            run_issue_job(self.settings, self.issue, key, self.mode, self.after), reopens_at
+        )
+        self.store.record_wait(self.issue, reopens_at)
+        if self.mode is not RunMode.FRESH:
+            # A fresh run keeps the queue label it starts from; a recovery shows it is held.
+            await set_state_label(
+                gh,
+                self.store,
+                self.services.dispatch,
+                self.settings,
+                self.issue,
+                self.settings.halted_label,
+                labels,
+            )
+        await self._status(gh, render.waiting_comment(account, reopens_at, utcnow()))
+        log.info(
+            "%s: %s's usage window is closed; waiting until %s", self.issue, account, reopens_at
+        )
+
+    async def _refuse_config(self, gh: GitHubClient, invalid: InvalidRepoConfig, base: str) -> None:
+        """Start nothing on an invalid repository file; say what is wrong, once per version."""
+        log.warning("%s: %s; not starting", self.issue, invalid)
+        await set_state_label(
+            gh,
+            self.store,
+            self.services.dispatch,
+            self.settings,
+            self.issue,
+            self.settings.escalated_label,
+        )
+        if self.store.first_config_error(self.issue, invalid.blob_sha):
+            problems = [problem.within_file for problem in invalid.error.problems]
+            await self._status(gh, render.config_error_comment(CONFIG_PATH, base, problems))
+
+    async def _status(self, gh: GitHubClient, body: str) -> None:
+        async with self.store.comment_lock(self.issue):
+            comment = await upsert_comment(
+                gh, self.issue.repo, self.issue.number, self.store.status_comment(self.issue), body
+            )
+            self.store.set_status_comment(self.issue, comment)
 
     def _predecessor(self, data: dict[str, Any], labels: set[str]) -> Run | None:
         """Return the run this attempt follows (None for a fresh one); raise _NotNow to skip."""
@@ -166,10 +237,14 @@ class _Attempt:
         return latest
 
     async def _work(
-        self, gh: GitHubClient, run: Run, data: dict[str, Any], previous: Run | None
+        self,
+        gh: GitHubClient,
+        run: Run,
+        data: dict[str, Any],
+        previous: Run | None,
+        base: str,
+        clone_url: str,
     ) -> Run | None:
-        repo = await gh.getitem("/repos/{+repo}", {"repo": self.issue.repo})
-        base, clone_url = str(repo["default_branch"]), str(repo["clone_url"])
         run = self._move(run, RunState.PROVISIONING)
         workspace = self.services.workspace
         token = await self.app.installation_token(self.issue.installation_id)

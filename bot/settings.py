@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from bot.budget import Limits
+from bot.model import Limits, Policy
 
 
 class SettingsError(Exception):
@@ -62,6 +62,19 @@ class Settings(BaseSettings):
         validation_alias="BATON_RESUME_BUFFER_SECONDS",
         description="How long after a usage window's reset a halted issue resumes.",
     )
+    max_cost_usd: float | None = Field(
+        default=None,
+        gt=0,
+        validation_alias="BATON_MAX_COST_USD",
+        description="The most an issue may spend on the agent, summed over its attempts "
+        "since it was queued; unset, no cap.",
+    )
+    halt_on_usage_window: bool = Field(
+        default=True,
+        validation_alias="BATON_HALT_ON_USAGE_WINDOW",
+        description="Halt at a provider's usage window and resume when it reopens; "
+        "false escalates instead.",
+    )
     backoff_base_seconds: float = Field(
         default=60.0, gt=0, validation_alias="BATON_BACKOFF_BASE_SECONDS"
     )
@@ -78,6 +91,12 @@ class Settings(BaseSettings):
         default=None,
         validation_alias="BATON_AGENT_BINARY",
         description="The agent CLI to run, when not `claude`, `codex` or `aider` on PATH.",
+    )
+    agent_account: str | None = Field(
+        default=None,
+        validation_alias="BATON_AGENT_ACCOUNT",
+        description="The provider account the agent spends; runs on one account share its "
+        "usage windows. Default: the adapter's name.",
     )
     agent_model: str | None = Field(default=None, validation_alias="BATON_AGENT_MODEL")
     agent_max_turns: int | None = Field(
@@ -173,6 +192,17 @@ class Settings(BaseSettings):
             max_attempts=self.max_attempts,
             max_continuations=self.max_continuations,
             max_reentries=self.max_resume_reentries,
+            max_cost_usd=self.max_cost_usd,
+            halt_on_usage_window=self.halt_on_usage_window,
+        )
+
+    @property
+    def policy(self) -> Policy:
+        """Return what applies to an attempt under these settings."""
+        return Policy(
+            limits=self.limits,
+            account=self.agent_account or self.agent,
+            escalation_mentions=tuple(self.escalation_mentions),
         )
 
     @property

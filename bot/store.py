@@ -65,6 +65,13 @@ for i = 2, #KEYS do
 end
 return accepted
 """
+# Close an account's usage window until an instant; a later reset already recorded wins.
+_CLOSE_WINDOW = """
+local current = redis.call('GET', KEYS[1])
+if current and tonumber(current) >= tonumber(ARGV[1]) then return current end
+redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[2])
+return ARGV[1]
+"""
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -138,6 +145,7 @@ class Store:
         self._claim = client.register_script(_CLAIM)
         self._heartbeat = client.register_script(_HEARTBEAT)
         self._release = client.register_script(_RELEASE)
+        self._close_window = client.register_script(_CLOSE_WINDOW)
 
     @classmethod
     def from_url(cls, url: str) -> Store:
@@ -384,6 +392,55 @@ class Store:
         """Forget an escalation whose comment could not be posted, so a retry posts it."""
         self.redis.delete(_issue_key(issue, "escalated", str(attempt), reason))
 
+    # Usage windows: a gate per provider account -------------------------
+
+    def close_window(self, account: str, reopens_at: datetime) -> datetime:
+        """Close the account's usage window until reopens_at; return when it reopens.
+
+        The key expires as the window reopens, so a gate can never stay shut.
+        """
+        reopens = self._close_window(
+            keys=[f"{_PREFIX}:window:{account}"],
+            args=[reopens_at.timestamp(), int(reopens_at.timestamp() * 1000)],
+        )
+        return datetime.fromtimestamp(float(_text(reopens)), UTC)
+
+    def window_reopens_at(self, account: str, now: datetime) -> datetime | None:
+        """Return when the account's usage window reopens, or None while it is open."""
+        value = self.redis.get(f"{_PREFIX}:window:{account}")
+        if value is None:
+            return None
+        reopens = datetime.fromtimestamp(float(_text(value)), UTC)
+        return reopens if reopens > now else None
+
+    def record_wait(self, issue: IssueRef, until: datetime) -> None:
+        """Index an issue that waits, unstarted, for its account's window to reopen."""
+        self.redis.zadd(f"{_PREFIX}:waiting", {_halt_member(issue): until.timestamp()})
+
+    def clear_wait(self, issue: IssueRef) -> None:
+        """Drop the issue from the waiting index (it started, or moved on)."""
+        self.redis.zrem(f"{_PREFIX}:waiting", _halt_member(issue))
+
+    def waits(self) -> list[tuple[IssueRef, datetime]]:
+        """Return every issue waiting for a window, soonest first."""
+        return self._indexed(f"{_PREFIX}:waiting")
+
+    # Repository configuration ------------------------------------------
+
+    def cached_repo_config(self, repo: str, blob_sha: str) -> str | None:
+        """Return the validated config (JSON) of a version of a repository's file, if cached."""
+        value = self.redis.get(f"{_PREFIX}:config:{repo}:{blob_sha}")
+        return None if value is None else _text(value)
+
+    def cache_repo_config(self, repo: str, blob_sha: str, config_json: str) -> None:
+        """Keep a version's validated config: a blob's content never changes."""
+        self.redis.set(f"{_PREFIX}:config:{repo}:{blob_sha}", config_json, ex=RUN_TTL_S)
+
+    def first_config_error(self, issue: IssueRef, blob_sha: str) -> bool:
+        """Record that the issue was told of an invalid file version; False if it was already."""
+        key = _issue_key(issue, "config-error", blob_sha)
+        return bool(self.redis.set(key, "1", nx=True, ex=RUN_TTL_S))
+
     # Labels: the outbox -------------------------------------------------
 
     def set_desired_label(self, issue: IssueRef, label: str | None) -> None:
@@ -407,17 +464,17 @@ class Store:
 
     def halts(self) -> list[tuple[IssueRef, datetime]]:
         """Return every halted issue with when it may resume, soonest first."""
-        entries = cast(
-            list[tuple[object, float]],
-            self.redis.zrange(f"{_PREFIX}:halted", 0, -1, withscores=True),
-        )
-        halted = []
+        return self._indexed(f"{_PREFIX}:halted")
+
+    def _indexed(self, key: str) -> list[tuple[IssueRef, datetime]]:
+        entries = cast(list[tuple[object, float]], self.redis.zrange(key, 0, -1, withscores=True))
+        indexed = []
         for member, score in entries:
             installation, rest = _text(member).split(":", 1)
             repo, number = rest.rsplit(":", 1)
             issue = IssueRef(installation_id=int(installation), repo=repo, number=int(number))
-            halted.append((issue, datetime.fromtimestamp(float(score), UTC)))
-        return halted
+            indexed.append((issue, datetime.fromtimestamp(float(score), UTC)))
+        return indexed
 
     # Stop requests ------------------------------------------------------
 

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 from typing import Any
 
 from gidgethub import BadRequest
 
+from bot.config import (
+    CONFIG_PATH,
+    ConfigError,
+    ConfigProblem,
+    InvalidRepoConfig,
+    RepoConfig,
+    parse_repo_config,
+)
 from bot.github import GitHubClient
 from bot.model import IssueRef
+from bot.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -116,3 +127,31 @@ async def pr_files(gh: GitHubClient, repo: str, number: int) -> list[str]:
             "/repos/{+repo}/pulls/{number}/files", {"repo": repo, "number": number}
         )
     ]
+
+
+async def load_repo_config(gh: GitHubClient, store: Store, repo: str, ref: str) -> RepoConfig:
+    """Return the repository's `.github/baton.yml` at ref; the defaults when there is none.
+
+    Validated once per version of the file (its blob sha); raises InvalidRepoConfig.
+    """
+    url_vars = {"repo": repo, "path": CONFIG_PATH, "ref": ref}
+    try:
+        entry = await gh.getitem("/repos/{+repo}/contents/{+path}{?ref}", url_vars)
+    except BadRequest as exc:
+        if exc.status_code == 404:
+            return RepoConfig()
+        raise
+    blob_sha = str(entry["sha"])
+    cached = store.cached_repo_config(repo, blob_sha)
+    if cached is not None:
+        return RepoConfig.model_validate_json(cached)
+    try:
+        text = base64.b64decode(str(entry.get("content", ""))).decode()
+        config = parse_repo_config(text)
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        problem = ConfigProblem("", f"the file is not UTF-8 text ({exc})")
+        raise InvalidRepoConfig(blob_sha, ConfigError([problem])) from exc
+    except ConfigError as exc:
+        raise InvalidRepoConfig(blob_sha, exc) from exc
+    store.cache_repo_config(repo, blob_sha, config.model_dump_json())
+    return config

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
-from bot.budget import Limits, decide, spend
+from bot.budget import decide, spend
 from bot.classify import RunFacts, classify
-from bot.model import Budget, Classification, FailureClass, IssueRef, Recovery, Run, RunState
+from bot.model import (
+    AgentResult,
+    Budget,
+    Classification,
+    FailureClass,
+    IssueRef,
+    Limits,
+    Recovery,
+    Run,
+    RunState,
+)
 
 RESET = datetime(2026, 12, 1, 7, tzinfo=UTC)
 C, R, B = FailureClass, Recovery, Budget
@@ -249,3 +260,55 @@ def test_a_fresh_queueing_starts_the_budgets_again() -> None:
 
 def test_max_runs_counts_the_first_attempt_and_every_continuation() -> None:
     assert Limits().max_runs == 4
+
+
+def costing(record: Run, cost_usd: float) -> Run:
+    now = record.started_at
+    result = AgentResult(
+        agent="claude",
+        status="failed",
+        stop_reason="completed",
+        started_at=now,
+        ended_at=now,
+        transcript_path=Path("transcript.jsonl"),
+        stderr_path=Path("stderr.log"),
+        cost_usd=cost_usd,
+    )
+    return record.model_copy(update={"agent_result": result})
+
+
+@pytest.mark.parametrize(
+    ("costs", "action"),
+    [((1.5, 2.0), Recovery.CONTINUE), ((3.0, 2.0), Recovery.ESCALATE), ((5.0,), Recovery.ESCALATE)],
+)
+def test_the_cost_cap_stops_further_work_once_reached(
+    costs: tuple[float, ...], action: Recovery
+) -> None:
+    runs = [
+        costing(run(n + 1, CHECKS, continuation_of=n or None), cost) for n, cost in enumerate(costs)
+    ]
+    decision = decide(last(runs), spend(runs), Limits(max_cost_usd=5.0))
+    assert decision.action is action
+    if action is Recovery.ESCALATE:
+        assert decision.exhausted == "cost"
+        assert decision.reason == "checks-failed, and $5.00 of the $5.00 cost cap is spent"
+
+
+def test_the_cost_cap_counts_only_since_the_issue_was_last_queued() -> None:
+    requeued = run(2, CHECKS).model_copy(update={"queued_fresh": True})
+    runs = [costing(run(1, CHECKS), 9.0), costing(requeued, 1.0)]
+    assert spend(runs).cost_usd == 1.0  # attempt 2 was queued afresh by a maintainer
+    assert decide(last(runs), spend(runs), Limits(max_cost_usd=5.0)).action is Recovery.CONTINUE
+
+
+def test_without_a_cost_cap_spend_is_only_reported() -> None:
+    runs = [costing(run(1, CHECKS), 500.0)]
+    assert decide(last(runs), spend(runs), Limits()).action is Recovery.CONTINUE
+
+
+def test_a_repository_that_opts_out_of_halting_escalates_at_a_window() -> None:
+    window = RunFacts(ending="agent", stop_reason="provider_window", resets_at=RESET)
+    runs = [run(1, window)]
+    decision = decide(last(runs), spend(runs), Limits(halt_on_usage_window=False))
+    assert decision.action is Recovery.ESCALATE
+    assert "halt_on_usage_window is off" in decision.reason

@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -98,3 +99,32 @@ def test_head_sha_finds_its_run_and_recent_runs_lists_it(store: Store) -> None:
     assert store.run_for_head("octo/widgets", "a" * 40) == (ISSUE, 1)
     assert store.run_for_head("octo/widgets", "b" * 40) is None
     assert [r.run_id for r in store.recent_runs()] == ["octo/widgets#12/1"]
+
+
+def test_a_usage_window_closes_its_account_until_the_latest_reset(store: Store) -> None:
+    now = utcnow()
+    soon, later = now + timedelta(minutes=5), now + timedelta(hours=5)
+    assert store.window_reopens_at("claude", now) is None
+    assert store.close_window("claude", later).timestamp() == pytest.approx(later.timestamp())
+    # An earlier reset reported by a slower run never reopens the gate early.
+    assert store.close_window("claude", soon).timestamp() == pytest.approx(later.timestamp())
+    reopens = store.window_reopens_at("claude", now)
+    assert reopens is not None and reopens.timestamp() == pytest.approx(later.timestamp())
+    assert store.window_reopens_at("codex", now) is None
+    assert store.window_reopens_at("claude", later + timedelta(seconds=1)) is None
+
+
+def test_a_closed_window_expires_on_its_own_when_it_reopens(store: Store) -> None:
+    store.close_window("claude", utcnow() + timedelta(milliseconds=300))
+    time.sleep(0.5)
+    assert store.redis.keys("baton:window:*") == []
+
+
+def test_waiting_issues_are_indexed_until_they_start(store: Store) -> None:
+    until = utcnow() + timedelta(hours=1)
+    store.record_wait(ISSUE, until)
+    assert [(issue, at.timestamp()) for issue, at in store.waits()] == [
+        (ISSUE, pytest.approx(until.timestamp()))
+    ]
+    store.clear_wait(ISSUE)
+    assert store.waits() == []

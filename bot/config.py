@@ -1,0 +1,474 @@
+"""Per-repository configuration: the `.github/baton.yml` file on a repository's default branch.
+
+Pure: parsing takes the file's text and returns a RepoConfig or raises a ConfigError
+that names each bad key and its line. Every key is optional; an unset key leaves the
+deployment's own setting in force.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union, get_args, get_origin
+
+import annotated_types
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
+
+from bot.settings import Settings
+
+CONFIG_PATH = ".github/baton.yml"
+
+_Path = tuple[str | int, ...]
+
+
+class _FileModel(BaseModel):
+    """A mapping in the file: unknown keys are errors, and values are never coerced."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_left_out(cls, data: object) -> object:
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
+
+
+class AgentConfig(_FileModel):
+    """Which agent runs on the repository's issues, and how."""
+
+    adapter: Literal["command", "claude", "codex", "aider"] | None = Field(
+        default=None,
+        description="The agent CLI Baton runs. Unset: `BATON_AGENT`.",
+    )
+    command: str | None = Field(
+        default=None,
+        description="The command line the `command` adapter runs in the worktree, "
+        "with the brief on stdin. Unset: `BATON_AGENT_COMMAND`.",
+    )
+    model: str | None = Field(
+        default=None,
+        description="The model the `claude`, `codex` and `aider` adapters ask for. "
+        "Unset: `BATON_AGENT_MODEL`.",
+    )
+    account: str | None = Field(
+        default=None,
+        description="The provider account the agent spends; runs on the same account "
+        "share its usage windows. Unset: the adapter's name.",
+    )
+    max_turns: int | None = Field(
+        default=None,
+        gt=0,
+        description="The most turns the agent may take in one run (`claude` and `codex`). "
+        "Unset: `BATON_AGENT_MAX_TURNS`.",
+    )
+
+
+class RepoConfig(_FileModel):
+    """A repository's own settings for Baton, read from `.github/baton.yml`."""
+
+    agent: AgentConfig = Field(
+        default_factory=AgentConfig,
+        description="The agent Baton runs on this repository's issues: the `agent.*` keys.",
+    )
+    max_attempts: int | None = Field(
+        default=None,
+        ge=1,
+        description="Failed attempts before an issue escalates. Unset: `BATON_MAX_ATTEMPTS`.",
+    )
+    max_continuations: int | None = Field(
+        default=None,
+        ge=0,
+        description="Continuations on the same branch before an issue escalates. "
+        "Unset: `BATON_MAX_CONTINUATIONS`.",
+    )
+    max_resume_reentries: int | None = Field(
+        default=None,
+        ge=0,
+        description="Resumptions after usage windows before an issue escalates. "
+        "Unset: `BATON_MAX_RESUME_REENTRIES`.",
+    )
+    wall_clock_minutes: float | None = Field(
+        default=None,
+        gt=0,
+        description="The agent's wall-clock cap per run, in minutes. It can lower the "
+        "deployment's `BATON_AGENT_WALL_CLOCK_MINUTES` but never raise it: the smaller "
+        "of the two applies. Unset: `BATON_AGENT_WALL_CLOCK_MINUTES`.",
+    )
+    max_cost_usd: float | None = Field(
+        default=None,
+        gt=0,
+        description="The most an issue may spend on the agent, in US dollars, summed over "
+        "its attempts since a maintainer last queued it; a run that would start past it "
+        "is not started and the issue escalates. Unset: no cost cap.",
+    )
+    halt_on_usage_window: bool | None = Field(
+        default=None,
+        description="When the agent's provider account meets a usage window, halt the "
+        "issue and resume it when the window reopens; `false`: escalate instead, for "
+        "maintainers who do not want unattended resumes. Unset: "
+        "`BATON_HALT_ON_USAGE_WINDOW` (true unless the deployment says otherwise).",
+    )
+    escalation_mentions: list[str] | None = Field(
+        default=None,
+        description="Logins @mentioned in escalation comments. Unset: `BATON_ESCALATION_MENTIONS`.",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigProblem:
+    """One thing wrong with the file: the dotted key ("" for the whole file) and its line."""
+
+    key: str
+    problem: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        separator = " " if self.line is not None else ": "
+        return f"`{CONFIG_PATH}`{separator}{self.within_file}"
+
+    @property
+    def within_file(self) -> str:
+        """Return the problem where the file is already named: line, key and what is wrong."""
+        where = "" if self.line is None else f"line {self.line}: "
+        return f"{where}`{self.key}`: {self.problem}" if self.key else f"{where}{self.problem}"
+
+
+class ConfigError(Exception):
+    """The file is not a valid configuration; the first problem is on the error itself."""
+
+    def __init__(self, problems: Sequence[ConfigProblem]) -> None:
+        if not problems:
+            raise ValueError("a ConfigError needs at least one problem")
+        super().__init__(tuple(problems))
+        self.problems: tuple[ConfigProblem, ...] = tuple(problems)
+        first = self.problems[0]
+        self.key: str = first.key
+        self.problem: str = first.problem
+        self.line: int | None = first.line
+
+    def __str__(self) -> str:
+        more = len(self.problems) - 1
+        if not more:
+            return str(self.problems[0])
+        return f"{self.problems[0]} (and {more} more problem{'s' if more > 1 else ''})"
+
+
+class InvalidRepoConfig(Exception):
+    """A version of a repository's file did not validate: its blob and what is wrong."""
+
+    def __init__(self, blob_sha: str, error: ConfigError) -> None:
+        super().__init__(blob_sha, error)
+        self.blob_sha = blob_sha
+        self.error = error
+
+    def __str__(self) -> str:
+        return str(self.error)
+
+
+def apply_repo_config(settings: Settings, config: RepoConfig) -> Settings:
+    """Return the settings one repository's attempts run under.
+
+    The file overrides the deployment's settings key by key. It can shorten the
+    agent's wall clock but never lengthen it: the deployment sizes its job
+    timeouts and workers by its own cap.
+    """
+    agent = config.agent
+    overrides = {
+        "agent": agent.adapter,
+        "agent_command": agent.command,
+        "agent_model": agent.model,
+        "agent_account": agent.account,
+        "agent_max_turns": agent.max_turns,
+        "max_attempts": config.max_attempts,
+        "max_continuations": config.max_continuations,
+        "max_resume_reentries": config.max_resume_reentries,
+        "max_cost_usd": config.max_cost_usd,
+        "escalation_mentions": config.escalation_mentions,
+        "halt_on_usage_window": config.halt_on_usage_window,
+    }
+    if config.wall_clock_minutes is not None:
+        overrides["agent_wall_clock_minutes"] = min(
+            config.wall_clock_minutes, settings.agent_wall_clock_minutes
+        )
+    if agent.adapter is not None and agent.adapter != settings.agent and agent.account is None:
+        # Another adapter spends another account, not the deployment's default one.
+        overrides["agent_account"] = agent.adapter
+    return settings.model_copy(
+        update={key: value for key, value in overrides.items() if value is not None}
+    )
+
+
+def parse_repo_config(text: str) -> RepoConfig:
+    """Return the configuration the file's text holds; raise ConfigError naming what is wrong.
+
+    An empty file, or one holding only comments, is the default configuration.
+    """
+    where = _Where()
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            duplicates = list(_walk(node, (), where, set()))
+            data: object = None if node is None else loader.construct_document(node)
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as exc:
+        raise ConfigError([_yaml_problem(exc)]) from exc
+    except yaml.reader.ReaderError as exc:  # a control character: it has a position, no line
+        problem = f"invalid YAML: unacceptable character #x{exc.character:04x}: {exc.reason}"
+        line = text.count("\n", 0, exc.position) + 1
+        raise ConfigError([ConfigProblem("", _one_line(problem), line)]) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError([ConfigProblem("", _one_line(f"invalid YAML: {exc}"))]) from exc
+    if data is None or node is None:
+        return RepoConfig()
+    if not isinstance(data, dict):
+        what = "a list" if isinstance(data, list) else _kind(node.tag)
+        problem = f"the file must be a mapping of keys to values, not {what}"
+        raise ConfigError([ConfigProblem("", problem, node.start_mark.line + 1)])
+    problems = list(duplicates)
+    try:
+        config = RepoConfig.model_validate(data)
+    except ValidationError as exc:
+        problems += [_validation_problem(err, where) for err in exc.errors()]
+    else:
+        if not problems:
+            return config
+    problems.sort(key=lambda p: (p.line is None, p.line or 0))
+    raise ConfigError(problems)
+
+
+@dataclass
+class _Where:
+    """Where things are in the file: the line of each key path and list item.
+
+    YAML reads some keys as values (`yes`, `1`, `null`); those are kept apart, in file
+    order under their mapping's path, with the key's text and the type YAML gave it.
+    So are the plain values YAML reads as something other than a string.
+    """
+
+    lines: dict[_Path, int] = field(default_factory=dict)
+    odd_keys: dict[_Path, list[tuple[str, int, str]]] = field(default_factory=dict)
+    odd_values: dict[_Path, tuple[str, str]] = field(default_factory=dict)
+
+    def line(self, path: _Path) -> int | None:
+        """Return the line of the path, or of the nearest enclosing key that has one."""
+        for end in range(len(path), 0, -1):
+            if path[:end] in self.lines:
+                return self.lines[path[:end]]
+        return None
+
+
+_STR_TAG = "tag:yaml.org,2002:str"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _walk(node: Any, path: _Path, where: _Where, seen: set[int]) -> Iterable[ConfigProblem]:
+    """Record where every mapping key and list item under node is; yield duplicate keys."""
+    if node is None or id(node) in seen:  # an alias may point back at its own anchor
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE_TAG:
+                continue
+            key: _Path = (*path, key_node.value)
+            line: int = key_node.start_mark.line + 1
+            if key_node.tag != _STR_TAG:
+                kind = _kind(key_node.tag)
+                where.odd_keys.setdefault(path, []).append((key_node.value, line, kind))
+            elif key in where.lines:
+                yield ConfigProblem(
+                    _dotted(key), f"duplicate key (first given on line {where.lines[key]})", line
+                )
+            where.lines[key] = line
+            yield from _walk(value_node, key, where, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            item_path: _Path = (*path, index)
+            where.lines[item_path] = item.start_mark.line + 1
+            yield from _walk(item, item_path, where, seen)
+    elif isinstance(node, yaml.ScalarNode) and node.tag != _STR_TAG:
+        where.odd_values[path] = (node.value, _kind(node.tag))
+
+
+def _kind(tag: object) -> str:
+    """Return what YAML read a plain scalar as, from its resolved tag."""
+    name = str(tag).rsplit(":", 1)[-1]
+    return _KINDS.get(name, f"a {name}")
+
+
+_KINDS = {
+    "str": "a string",
+    "int": "a number",
+    "float": "a number",
+    "bool": "a boolean",
+    "null": "null",
+    "timestamp": "a date",
+}
+
+
+def _yaml_problem(exc: Any) -> ConfigProblem:
+    """Turn a YAML syntax error into a problem at the line the parser stopped on."""
+    mark = exc.problem_mark or exc.context_mark
+    line = None if mark is None else int(mark.line) + 1
+    problem = str(exc.problem or "invalid YAML")
+    if exc.context:
+        context = str(exc.context)
+        if exc.context_mark is not None and exc.context_mark.line + 1 != line:
+            context += f" (line {exc.context_mark.line + 1})"
+        problem = f"{context}: {problem}"
+    return ConfigProblem("", _one_line(f"invalid YAML: {problem}"), line)
+
+
+def _validation_problem(err: Any, where: _Where) -> ConfigProblem:
+    """Turn one pydantic error into a problem on the dotted key, at the line it is on."""
+    loc: _Path = tuple(err["loc"])
+    if err["type"] == "invalid_key" and where.odd_keys.get(loc[:-1]):
+        text, line, kind = where.odd_keys[loc[:-1]].pop(0)
+        return ConfigProblem(
+            _dotted((*loc[:-1], text)),
+            f"unknown key: YAML reads `{text}` as {kind}, not a name",
+            line,
+        )
+    problem = str(err["msg"])
+    if err["type"] == "extra_forbidden" and loc:
+        problem = _unknown_key(loc)
+    elif err["type"] == "model_type":
+        problem = "Input should be a mapping of keys to values"
+    elif err["type"] == "string_type" and loc in where.odd_values:
+        text, kind = where.odd_values[loc]
+        problem += f" (YAML reads `{text}` as {kind}: quote it)"
+    return ConfigProblem(_dotted(loc), _one_line(problem), where.line(loc))
+
+
+def _unknown_key(loc: _Path) -> str:
+    """Say that the key is unknown, and which key was probably meant."""
+    model: type[BaseModel] = RepoConfig
+    for part in loc[:-1]:
+        info = model.model_fields.get(str(part))
+        annotation = None if info is None else info.annotation
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return "unknown key"
+        model = annotation
+    known = list(model.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+    if close:
+        return f"unknown key (did you mean `{close[0]}`?)"
+    return f"unknown key (known keys: {', '.join(known)})"
+
+
+def _dotted(path: _Path) -> str:
+    return ".".join(str(part) for part in path)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+EXAMPLE_CONFIG = """\
+# .github/baton.yml
+agent:
+  adapter: claude
+  # command: my-agent --brief "$BATON_BRIEF"  # read only by the command adapter
+  model: claude-sonnet-4-5
+  account: team-claude
+  max_turns: 80
+max_attempts: 2
+max_continuations: 3
+max_resume_reentries: 1
+wall_clock_minutes: 45
+max_cost_usd: 20
+halt_on_usage_window: true
+escalation_mentions:
+  - octocat
+  - hubot
+"""
+
+
+def config_reference() -> str:
+    """Return the Markdown reference of `.github/baton.yml`, generated from the model."""
+    rows = ["| key | type | default | description |", "|---|---|---|---|"]
+    for key, info in _fields(RepoConfig, ""):
+        description = (info.description or "").replace("|", r"\|")
+        rows.append(f"| `{key}` | {_type_name(info)} | {_default(info)} | {description} |")
+    parts = [
+        "<!-- Generated from bot/config.py by config_reference(); do not edit by hand. -->",
+        "",
+        f"# Repository configuration: `{CONFIG_PATH}`",
+        "",
+        f"A repository tunes how Baton works on its issues with a file at `{CONFIG_PATH}`, "
+        "read from the repository's default branch. Every key is optional: a key left out, "
+        "or set to `null`, takes its default, and where the default is *unset* the "
+        "deployment's own setting (the environment variable the description names) applies. "
+        "A file that is empty or holds only comments changes nothing. An unknown key or a "
+        "value of the wrong type is an error, reported with the key and its line.",
+        "",
+        "## Keys",
+        "",
+        *rows,
+        "",
+        "## Example",
+        "",
+        "```yaml",
+        EXAMPLE_CONFIG.rstrip("\n"),
+        "```",
+        "",
+    ]
+    return "\n".join(parts)
+
+
+def _fields(model: type[BaseModel], prefix: str) -> Iterable[tuple[str, FieldInfo]]:
+    """Yield every key of the model, dotted, with the keys of nested models after their own."""
+    for name, info in model.model_fields.items():
+        yield prefix + name, info
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from _fields(annotation, f"{prefix}{name}.")
+
+
+def _type_name(info: FieldInfo) -> str:
+    name = _annotation_name(info.annotation)
+    for bound in info.metadata:
+        if isinstance(bound, annotated_types.Gt):
+            name += f" > {bound.gt}"
+        elif isinstance(bound, annotated_types.Ge):
+            name += f" ≥ {bound.ge}"
+        elif isinstance(bound, annotated_types.Lt):
+            name += f" < {bound.lt}"
+        elif isinstance(bound, annotated_types.Le):
+            name += f" ≤ {bound.le}"
+    return name
+
+
+_NAMES: dict[object, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def _annotation_name(annotation: Any) -> str:
+    origin = get_origin(annotation)
+    args = get_args(annotation)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_annotation_name(arg) for arg in args if arg is not type(None))
+    if origin is Literal:
+        return "one of " + ", ".join(f"`{arg}`" for arg in args)
+    if origin is list:
+        return f"list of {_annotation_name(args[0])}s"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "mapping"
+    return _NAMES.get(annotation, str(annotation))
+
+
+def _default(info: FieldInfo) -> str:
+    value = info.get_default(call_default_factory=True)
+    if isinstance(value, BaseModel):
+        return "`{}`"
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "`true`" if value else "`false`"
+    return f"`{value}`"

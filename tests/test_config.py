@@ -1,0 +1,315 @@
+"""The per-repository configuration file: parsing, errors with their lines, the reference."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+
+from bot.config import (
+    CONFIG_PATH,
+    EXAMPLE_CONFIG,
+    AgentConfig,
+    ConfigError,
+    ConfigProblem,
+    RepoConfig,
+    apply_repo_config,
+    config_reference,
+    parse_repo_config,
+)
+from bot.settings import Settings
+
+DOCS = Path(__file__).parents[1] / "docs" / "config.md"
+
+FULL = """\
+agent:
+  adapter: command
+  command: my-agent --brief "$BATON_BRIEF"
+  model: opus
+  account: team-claude
+  max_turns: 40
+max_attempts: 2
+max_continuations: 0
+max_resume_reentries: 5
+wall_clock_minutes: 30.5
+max_cost_usd: 12
+halt_on_usage_window: false
+escalation_mentions: [octocat, hubot]
+"""
+
+
+def error_of(text: str) -> ConfigError:
+    with pytest.raises(ConfigError) as caught:
+        parse_repo_config(text)
+    return caught.value
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# nothing here yet\n  # indented\n", "---\n", "~\n"])
+def test_an_empty_file_is_the_defaults(text: str) -> None:
+    config = parse_repo_config(text)
+    assert config == RepoConfig()
+    assert config.agent == AgentConfig()
+    assert config.halt_on_usage_window is None
+    assert config.max_attempts is None
+    assert config.max_cost_usd is None
+
+
+def test_a_full_file_gives_every_value() -> None:
+    config = parse_repo_config(FULL)
+    assert config == RepoConfig(
+        agent=AgentConfig(
+            adapter="command",
+            command='my-agent --brief "$BATON_BRIEF"',
+            model="opus",
+            account="team-claude",
+            max_turns=40,
+        ),
+        max_attempts=2,
+        max_continuations=0,
+        max_resume_reentries=5,
+        wall_clock_minutes=30.5,
+        max_cost_usd=12.0,
+        halt_on_usage_window=False,
+        escalation_mentions=["octocat", "hubot"],
+    )
+    assert all(
+        getattr(config, name) != info.get_default(call_default_factory=True)
+        for name, info in RepoConfig.model_fields.items()
+    )
+    assert all(
+        getattr(config.agent, name) != info.get_default()
+        for name, info in AgentConfig.model_fields.items()
+    )
+
+
+@pytest.mark.parametrize("text", ["", FULL, EXAMPLE_CONFIG])
+def test_a_config_round_trips_through_json(text: str) -> None:
+    config = parse_repo_config(text)
+    assert RepoConfig.model_validate_json(config.model_dump_json()) == config
+
+
+def test_null_is_the_same_as_leaving_a_key_out() -> None:
+    text = "agent:\nmax_attempts: ~\nhalt_on_usage_window: null\nmax_cost_usd:\n"
+    assert parse_repo_config(text) == RepoConfig()
+
+
+def test_the_config_is_frozen() -> None:
+    config = parse_repo_config(FULL)
+    with pytest.raises(ValueError, match="frozen"):
+        config.max_attempts = 9  # type: ignore[misc]
+
+
+def test_an_unknown_top_level_key_is_named_with_its_line() -> None:
+    error = error_of("max_attempts: 2\n\nmax_atempts: 3\n")
+    assert (error.key, error.line) == ("max_atempts", 3)
+    assert "unknown key" in error.problem
+    assert "`max_attempts`" in error.problem  # the key it most likely meant
+
+
+def test_an_unknown_key_inside_agent_is_dotted() -> None:
+    error = error_of("agent:\n  adapter: claude\n  turns: 5\n")
+    assert (error.key, error.line) == ("agent.turns", 3)
+    assert "unknown key" in error.problem
+    assert "max_turns" in error.problem
+
+
+def test_a_key_yaml_reads_as_a_value_is_unknown() -> None:
+    error = error_of("max_attempts: 2\nyes: 1\n")
+    assert (error.key, error.line) == ("yes", 2)
+    assert "boolean" in error.problem
+
+
+def test_a_value_out_of_range_names_the_key_its_line_and_the_problem() -> None:
+    error = error_of("max_attempts: 2\nagent:\n  adapter: claude\n\n  max_turns: -1\n")
+    assert (error.key, error.line) == ("agent.max_turns", 5)
+    assert error.problem == "Input should be greater than 0"
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "words"),
+    [
+        ("max_attempts: '3'\n", "max_attempts", "valid integer"),
+        ("max_attempts: yes\n", "max_attempts", "valid integer"),
+        ("halt_on_usage_window: 1\n", "halt_on_usage_window", "valid boolean"),
+        ("escalation_mentions: octocat\n", "escalation_mentions", "valid list"),
+        ("agent: claude\n", "agent", "mapping"),
+        ("agent:\n  adapter: gpt\n", "agent.adapter", "'claude'"),
+        ("agent:\n  command: yes\n", "agent.command", "quote it"),
+        ("agent:\n  model: 3.5\n", "agent.model", "quote it"),
+        ("wall_clock_minutes: 0\n", "wall_clock_minutes", "greater than 0"),
+        ("max_cost_usd: -5\n", "max_cost_usd", "greater than 0"),
+        ("max_continuations: -1\n", "max_continuations", "greater than or equal to 0"),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_refused_not_coerced(text: str, key: str, words: str) -> None:
+    error = error_of(text)
+    assert error.key == key
+    assert error.line == text.count("\n")
+    assert words in error.problem
+
+
+def test_a_list_item_error_points_at_the_item() -> None:
+    error = error_of("escalation_mentions:\n  - octocat\n  - 42\n")
+    assert (error.key, error.line) == ("escalation_mentions.1", 3)
+    assert "valid string" in error.problem
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("max_attempts: 3\nagent: : claude\n", 2),
+        ("agent:\n  model: opus\n max_turns: 3\n", 3),
+        ("agent:\n\tmodel: opus\n", 2),
+        ("agent:\n  command: 'my-agent\n", 3),
+        ("max_attempts: 3\n---\nmax_attempts: 4\n", 2),
+        ("max_attempts: 3\nescalation_mentions: \x07\n", 2),
+    ],
+)
+def test_invalid_yaml_gives_its_line(text: str, line: int) -> None:
+    error = error_of(text)
+    assert error.key == ""
+    assert error.line == line
+    assert error.problem.startswith("invalid YAML")
+    assert "\n" not in str(error)
+
+
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [("- max_attempts: 3\n", "a list"), ("max_attempts\n", "a string"), ("3\n", "a number")],
+)
+def test_a_file_that_is_not_a_mapping_is_refused(text: str, what: str) -> None:
+    error = error_of(text)
+    assert (error.key, error.line) == ("", 1)
+    assert error.problem == f"the file must be a mapping of keys to values, not {what}"
+
+
+def test_every_problem_is_reported_in_file_order() -> None:
+    text = (
+        "bogus: 1\n"  # 1
+        "agent:\n"  # 2
+        "  max_turns: 0\n"  # 3
+        "  adapter: gpt\n"  # 4
+        "max_attempts: 0\n"  # 5
+        "escalation_mentions: [a, 2]\n"  # 6
+    )
+    error = error_of(text)
+    assert [(p.key, p.line) for p in error.problems] == [
+        ("bogus", 1),
+        ("agent.max_turns", 3),
+        ("agent.adapter", 4),
+        ("max_attempts", 5),
+        ("escalation_mentions.1", 6),
+    ]
+    assert (error.key, error.problem, error.line) == (
+        error.problems[0].key,
+        error.problems[0].problem,
+        error.problems[0].line,
+    )
+    assert str(error).endswith("(and 4 more problems)")
+
+
+def test_a_duplicate_key_is_a_problem() -> None:
+    error = error_of("max_attempts: 2\nagent:\n  model: a\nmax_attempts: 3\n")
+    assert (error.key, error.line) == ("max_attempts", 4)
+    assert "duplicate key" in error.problem
+    assert "line 1" in error.problem
+
+
+def test_the_message_is_one_line_naming_the_file_line_and_key() -> None:
+    error = error_of("agent:\n  adapter: claude\n  model: opus\n  max_turns: 0\n")
+    assert str(error) == (
+        f"`{CONFIG_PATH}` line 4: `agent.max_turns`: Input should be greater than 0"
+    )
+    assert "\n" not in str(error)
+
+
+def test_a_problem_without_a_key_or_a_line_still_reads_as_one_line() -> None:
+    assert str(ConfigProblem("", "unreadable")) == f"`{CONFIG_PATH}`: unreadable"
+    assert (
+        str(ConfigProblem("agent.model", "bad", 2)) == f"`{CONFIG_PATH}` line 2: `agent.model`: bad"
+    )
+
+
+def test_an_error_survives_pickling() -> None:
+    error = error_of("max_attempts: 0\nbogus: 1\n")
+    copy = pickle.loads(pickle.dumps(error))  # noqa: S301
+    assert (copy.key, copy.line, copy.problems) == (error.key, error.line, error.problems)
+    assert str(copy) == str(error)
+
+
+def test_the_example_is_a_valid_config_setting_every_key() -> None:
+    config = parse_repo_config(EXAMPLE_CONFIG)
+    assert config.agent.adapter == "claude"
+    for name in RepoConfig.model_fields:
+        assert f"\n{name}:" in EXAMPLE_CONFIG
+    for name in AgentConfig.model_fields:
+        assert f"\n  {name}:" in EXAMPLE_CONFIG or f"\n  # {name}:" in EXAMPLE_CONFIG
+
+
+def test_the_reference_names_every_key() -> None:
+    reference = config_reference()
+    for name, info in RepoConfig.model_fields.items():
+        assert f"| `{name}` |" in reference
+        assert info.description and info.description in reference
+    for name, info in AgentConfig.model_fields.items():
+        assert f"| `agent.{name}` |" in reference
+        assert info.description and info.description in reference
+    assert CONFIG_PATH in reference
+    assert "default branch" in reference
+    assert EXAMPLE_CONFIG in reference
+
+
+def test_the_docs_are_the_generated_reference() -> None:
+    assert DOCS.read_text() == config_reference(), (
+        "docs/config.md is out of date; regenerate it with "
+        "python -c 'from bot.config import config_reference; "
+        'print(config_reference(), end="")\' > docs/config.md'
+    )
+
+
+def deployment(**env: str) -> Settings:
+    return Settings(BATON_AGENT="claude", BATON_AGENT_WALL_CLOCK_MINUTES="60", **env)
+
+
+def test_a_repository_without_a_file_runs_under_the_deployments_settings() -> None:
+    settings = deployment(BATON_MAX_COST_USD="10", BATON_HALT_ON_USAGE_WINDOW="false")
+    assert apply_repo_config(settings, RepoConfig()) == settings
+
+
+def test_the_file_overrides_the_deployment_key_by_key() -> None:
+    config = parse_repo_config(
+        "agent:\n  model: opus\n  max_turns: 12\nmax_cost_usd: 3\n"
+        "halt_on_usage_window: false\nescalation_mentions: [octocat]\n"
+    )
+    applied = apply_repo_config(deployment(BATON_MAX_ATTEMPTS="5"), config)
+    assert (applied.agent, applied.agent_model, applied.agent_max_turns) == ("claude", "opus", 12)
+    assert applied.limits.max_attempts == 5
+    assert applied.limits.max_cost_usd == 3.0
+    assert applied.limits.halt_on_usage_window is False
+    assert applied.policy.escalation_mentions == ("octocat",)
+
+
+@pytest.mark.parametrize(("minutes", "applied"), [(20.0, 20.0), (600.0, 60.0)])
+def test_the_wall_clock_can_be_shortened_but_never_lengthened(
+    minutes: float, applied: float
+) -> None:
+    config = RepoConfig(wall_clock_minutes=minutes)
+    assert apply_repo_config(deployment(), config).agent_wall_clock_minutes == applied
+
+
+@pytest.mark.parametrize(
+    ("agent", "env", "account"),
+    [
+        (AgentConfig(), {}, "claude"),
+        (AgentConfig(), {"BATON_AGENT_ACCOUNT": "team"}, "team"),
+        (AgentConfig(account="mine"), {"BATON_AGENT_ACCOUNT": "team"}, "mine"),
+        (AgentConfig(adapter="codex"), {"BATON_AGENT_ACCOUNT": "team"}, "codex"),
+        (AgentConfig(adapter="claude"), {"BATON_AGENT_ACCOUNT": "team"}, "team"),
+    ],
+)
+def test_the_provider_account_follows_the_adapter_unless_named(
+    agent: AgentConfig, env: dict[str, str], account: str
+) -> None:
+    settings = apply_repo_config(deployment(**env), RepoConfig(agent=agent))
+    assert settings.policy.account == account
