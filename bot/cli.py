@@ -104,6 +104,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"workers: {len(Worker.all(connection=dispatch.connection))}")
     for what, at in sorted(store.marks().items()):
         print(f"last {what}: {at}")
+    for held, issues in (("halted", store.halts()), ("waiting", store.waits())):
+        for issue, until in issues:
+            print(f"{held} until {until:%Y-%m-%d %H:%M} UTC: {issue}")
     runs = store.recent_runs(args.limit)
     if not runs:
         print("no runs yet")

@@ -108,14 +108,14 @@ def redis_answers(url: str) -> bool:
 
 
 def start_redis_server(
-    workdir: Path, appendonly: bool = False, binary: str | None = None
+    workdir: Path, appendonly: bool = False, binary: str | None = None, port: int | None = None
 ) -> tuple[str, Process]:
-    """Start a private redis-server on a free port, its files in workdir."""
+    """Start a private redis-server (on a free port unless given one), its files in workdir."""
     binary = binary or shutil.which("redis-server")
     if binary is None:
         raise StackError("redis-server is not installed (apt-get install redis-server)")
     workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = port or free_port()
     argv = [
         binary,
         "--port",

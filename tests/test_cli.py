@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from bot.devstack import free_port
+from bot.model import IssueRef
+from bot.store import Store
 
 
 def baton(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -87,3 +90,16 @@ def test_status_lists_queues_and_says_when_there_are_no_runs(redis_url: str) -> 
     assert result.returncode == 0, result.stderr
     assert "queues: baton-events 0, baton-maintenance 0, baton-agents 0" in result.stdout
     assert "no runs yet" in result.stdout
+
+
+def test_status_shows_halted_and_waiting_issues_with_their_times(
+    redis_url: str, store: Store
+) -> None:
+    halted = IssueRef(installation_id=1, repo="octo/widgets", number=7)
+    waiting = IssueRef(installation_id=1, repo="octo/widgets", number=8)
+    store.record_halt(halted, datetime(2026, 12, 1, 7, 2, tzinfo=UTC))
+    store.record_wait(waiting, datetime(2026, 12, 1, 7, 2, tzinfo=UTC))
+    result = baton("status", REDIS_URL=redis_url)
+    assert result.returncode == 0, result.stderr
+    assert "halted until 2026-12-01 07:02 UTC: octo/widgets#7" in result.stdout
+    assert "waiting until 2026-12-01 07:02 UTC: octo/widgets#8" in result.stdout

@@ -18,7 +18,7 @@ import pytest
 import redis
 from gidgethub import GitHubBroken
 
-from bot.devstack import LocalBaton
+from bot.devstack import LocalBaton, start_redis_server
 from bot.model import IssueRef, Run, RunState
 from bot.render import STATUS_MARKER
 from bot.sandbox.maintainer import Maintainer, eventually
@@ -28,6 +28,7 @@ from tests.conftest import RedisServer
 AGENT = Path(__file__).parent / "agents" / "scripted_agent.py"
 CI_CHECKS_GREETING = "#!/bin/sh\nset -e\ngrep -q 'hello' greeting.txt\n"
 PROJECT = {"README.md": "# demo\n", ".sandbox/ci": CI_CHECKS_GREETING, "greeting.txt": "hi\n"}
+GREETING_FIX = "agent: write greeting.txt hello"
 _names = itertools.count(1)
 
 
@@ -639,3 +640,135 @@ async def test_a_usage_window_halts_the_issue_and_it_resumes_at_the_reset(
     await eventually(
         lambda: _labels_are(maintainer, repo, number, {"baton:review"}), "labels settling"
     )
+
+
+async def test_a_usage_window_holds_the_accounts_queue_instead_of_failing_it_in_a_cascade(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack)
+    first = await queued_issue(
+        maintainer,
+        repo,
+        "Meets the window",
+        "agent@1: write greeting.txt hel\nagent@1: window 8\nagent@2: write greeting.txt hello",
+    )
+    halted = await eventually(
+        lambda: run_state(store, repo, first, RunState.HALTED), "the first issue halting", 30
+    )
+    assert halted.resume_at is not None
+    # The account's window is closed: what is queued now waits for it, unstarted.
+    waiting = [
+        await queued_issue(maintainer, repo, f"Queued behind the window {n}", GREETING_FIX)
+        for n in (1, 2)
+    ]
+    for number in waiting:
+        comment = await eventually(
+            lambda number=number: _comment_saying(maintainer, repo, number, "waiting for a usage"),
+            "the waiting comment",
+            30,
+        )
+        assert "`command`" in comment["body"] and "nothing was spent" in comment["body"]
+        assert latest_run(store, repo, number) is None
+        assert "baton:queue" in await maintainer.labels(repo, number)
+    for number in (first, *waiting):
+        await eventually(
+            lambda number=number: run_state(store, repo, number, RunState.PUSHED_GREEN),
+            "every issue of the account going green after the reset",
+            60,
+        )
+    runs = [store.runs(IssueRef(installation_id=1, repo=repo, number=n)) for n in waiting]
+    assert [[run.attempt for run in issue_runs] for issue_runs in runs] == [[1], [1]]
+    assert all(issue_runs[0].started_at >= halted.resume_at for issue_runs in runs)
+    halts = [r for r in store.runs(IssueRef(installation_id=1, repo=repo, number=first))]
+    assert [r.failure_class for r in halts] == ["provider-window", None]
+    assert store.waits() == []
+
+
+async def test_an_invalid_repository_file_is_explained_once_and_starts_nothing(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    config = "agent:\n  adapter: command\n  max_turns: 0\nmax_atempts: 2\n"
+    repo = await new_repo(maintainer, stack, {**PROJECT, ".github/baton.yml": config})
+    number = await queued_issue(maintainer, repo, "Never starts", GREETING_FIX)
+    comment = await eventually(
+        lambda: _comment_saying(maintainer, repo, number, "is not valid"), "the config comment"
+    )
+    assert "line 3: `agent.max_turns`: Input should be greater than 0" in comment["body"]
+    assert "line 4: `max_atempts`" in comment["body"] and "max_attempts" in comment["body"]
+    await eventually(
+        lambda: _labels_are(maintainer, repo, number, {"baton:escalated"}), "the escalated label"
+    )
+    assert latest_run(store, repo, number) is None
+    # Queued again with the file unchanged: no second comment.
+    await maintainer.remove_label(repo, number, "baton:escalated")
+    await maintainer.add_label(repo, number, "baton:queue")
+    await eventually(
+        lambda: _labels_are(maintainer, repo, number, {"baton:escalated"}), "the second refusal"
+    )
+    assert len(await baton_comments(maintainer, repo, number)) == 1
+
+
+async def test_the_repositorys_cost_cap_stops_further_attempts(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    files = {**PROJECT, ".github/baton.yml": "max_cost_usd: 2.5\nmax_attempts: 5\n"}
+    repo = await new_repo(maintainer, stack, files)
+    number = await queued_issue(maintainer, repo, "Expensive", "agent: fail-costing 1.5")
+    escalation = await eventually(
+        lambda: _comment_saying(maintainer, repo, number, "Baton stopped working"),
+        "the cost-cap escalation",
+        60,
+    )
+    assert "$3.00 of the $2.50 cost cap is spent" in escalation["body"]
+    assert "| agent cost | $3.00 | $2.50 |" in escalation["body"]
+    runs = store.runs(IssueRef(installation_id=1, repo=repo, number=number))
+    assert [run.attempt for run in runs] == [1, 2]
+    assert all(run.policy is not None and run.policy.limits.max_attempts == 5 for run in runs)
+
+
+async def test_a_halt_survives_stopping_every_process_and_redis(tmp_path: Path) -> None:
+    # Redis with persistence, as deployed: the halt must outlive every process, Redis too.
+    redis_url, redis_process = start_redis_server(tmp_path / "redis", appendonly=True)
+    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    rebooted = started(redis_url, tmp_path / "stack")
+    try:
+        store = Store.from_url(redis_url)
+        async with aiohttp.ClientSession() as session:
+            maintainer = Maintainer(session, rebooted.sandbox_url, rebooted.admin_token)
+            repo = await new_repo(maintainer, rebooted)
+            number = await queued_issue(
+                maintainer,
+                repo,
+                "Outlive a reboot",
+                "agent@1: write greeting.txt hel\nagent@1: window 12\n"
+                "agent@2: write greeting.txt hello",
+            )
+            issue = IssueRef(installation_id=1, repo=repo, number=number)
+            halted = await eventually(
+                lambda: run_state(store, repo, number, RunState.HALTED), "the halt", 30
+            )
+            await eventually(lambda: _unlocked(store, issue), "the halted job releasing its lock")
+            # Everything of Baton's goes down, then Redis; GitHub (the sandbox) stays up.
+            for name, process in rebooted.processes.items():
+                if name != "sandbox":
+                    process.stop()
+            redis_process.stop()
+            redis_url, redis_process = start_redis_server(
+                tmp_path / "redis", appendonly=True, port=port
+            )
+            assert [halt for halt, _ in store.halts()] == [issue]
+            assert store.lock_holder(issue) is None
+            assert latest_run(store, repo, number) == halted
+            rebooted.start_web()
+            for n in (1, 2):
+                rebooted.start_worker(f"worker-{n}")
+            resumed = await eventually(
+                lambda: run_state(store, repo, number, RunState.PUSHED_GREEN),
+                "the re-entry after the reboot",
+                60,
+            )
+            assert resumed.attempt == 2 and resumed.continuation_of == 1
+            assert halted.resume_at is not None and resumed.started_at >= halted.resume_at
+    finally:
+        rebooted.stop()
+        redis_process.stop()

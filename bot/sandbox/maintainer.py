@@ -58,6 +58,13 @@ class Maintainer:
             data={"labels": [label]},
         )
 
+    async def remove_label(self, repo: str, number: int, label: str) -> None:
+        """Take a label off an issue (GitHub sends issues.unlabeled)."""
+        await self.gh.delete(
+            "/repos/{+repo}/issues/{number}/labels/{name}",
+            {"repo": repo, "number": number, "name": label},
+        )
+
     async def labels(self, repo: str, number: int) -> set[str]:
         """Return the labels on an issue."""
         issue = await self.gh.getitem(

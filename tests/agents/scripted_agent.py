@@ -9,6 +9,7 @@ says in its issue what the agent does:
     agent: exit CODE           stop with that exit code
     agent: env-dump PATH       write the environment as JSON to PATH (outside the worktree)
     agent: window SECONDS      report a provider usage window that resets in SECONDS, and stop
+    agent: fail-costing USD    report a failed run that cost USD, and stop
 
 `agent@N: ...` does the same on attempt N only.
 """
@@ -62,6 +63,11 @@ def main() -> int:
             }
             Path(os.environ["BATON_RESULT"]).write_text(json.dumps(report))
             print("You've hit your usage limit", file=sys.stderr)
+            return 1
+        elif verb == "fail-costing":
+            report = {"status": "failed", "stop_reason": "cli_error", "cost_usd": float(rest)}
+            Path(os.environ["BATON_RESULT"]).write_text(json.dumps(report))
+            print(f"failed after spending ${rest}", file=sys.stderr)
             return 1
         elif verb == "env-dump":
             Path(rest).write_text(json.dumps(dict(os.environ)))
