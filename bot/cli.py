@@ -91,6 +91,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Print what Baton is doing."""
     from rq import Worker
 
+    from bot.chains import link_status
     from bot.dispatch import Dispatcher
     from bot.model import utcnow
     from bot.render import duration
@@ -107,6 +108,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     for held, issues in (("halted", store.halts()), ("waiting", store.waits())):
         for issue, until in issues:
             print(f"{held} until {until:%Y-%m-%d %H:%M} UTC: {issue}")
+    for chain in store.chains():
+        links = ", ".join(
+            f"#{n} {link_status(store.latest_run(chain.issue(n)), issue_open=True).value}"
+            for n in chain.links
+        )
+        print(f"chain {chain.chain_id}: {links}")
     runs = store.recent_runs(args.limit)
     if not runs:
         print("no runs yet")

@@ -113,6 +113,12 @@ class RepoConfig(_FileModel):
         "maintainers who do not want unattended resumes. Unset: "
         "`BATON_HALT_ON_USAGE_WINDOW` (true unless the deployment says otherwise).",
     )
+    strict_preflight: bool = Field(
+        default=False,
+        description="Chains: pre-flight warnings (links out of dependency order, closed "
+        "issues, links that mention the same files) refuse the chain instead of only being "
+        "reported on the tracking issue.",
+    )
     escalation_mentions: list[str] | None = Field(
         default=None,
         description="Logins @mentioned in escalation comments. Unset: `BATON_ESCALATION_MENTIONS`.",
@@ -385,6 +391,7 @@ max_resume_reentries: 1
 wall_clock_minutes: 45
 max_cost_usd: 20
 halt_on_usage_window: true
+strict_preflight: false
 escalation_mentions:
   - octocat
   - hubot

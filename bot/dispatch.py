@@ -14,7 +14,7 @@ from rq import Queue, Retry
 from rq.job import Job, JobStatus
 from rq.queue import EnqueueData
 
-from bot.model import IssueRef
+from bot.model import Chain, IssueRef
 from bot.settings import Settings
 
 EVENTS = "baton-events"
@@ -56,6 +56,7 @@ class RunMode(enum.StrEnum):
     FRESH = "fresh"  # a human queued the issue: it must still carry the queue label
     CONTINUE = "continue"  # on the previous attempt's branch and PR
     RETRY = "retry"  # a new attempt from the base branch
+    CHAIN = "chain"  # a link its chain starts: the chain, not the link, carries the queue label
 
 
 def run_issue_job(
@@ -119,6 +120,34 @@ def issue_closed_job(issue: IssueRef) -> JobSpec:
         "settle.settle_issue_closed",
         (issue.installation_id, issue.repo, issue.number),
         f"issue closed {issue}",
+    )
+
+
+def queue_chain_job(issue: IssueRef, key: str) -> JobSpec:
+    """Return the job that plans the chain a queued issue names, and starts its first link."""
+    return JobSpec(
+        queue=EVENTS,
+        func="jobs.chains.queue_chain",
+        args=(issue.installation_id, issue.repo, issue.number),
+        job_id=job_id("chain", issue.repo, issue.number, key),
+        timeout_s=SETTLE_TIMEOUT_S,
+        description=f"queue chain {issue}",
+    )
+
+
+def advance_chain_job(chain: Chain, because: str) -> JobSpec:
+    """Return the job that starts, holds or finishes a chain's next link.
+
+    because names what moved (a link's new head, merge, escalation): one job per
+    change, so a change that lands while an earlier look is running is never lost.
+    """
+    return JobSpec(
+        queue=EVENTS,
+        func="jobs.chains.advance_chain",
+        args=(chain.installation_id, chain.repo, chain.head),
+        job_id=job_id("advance", chain.repo, chain.head, because),
+        timeout_s=SETTLE_TIMEOUT_S,
+        description=f"advance chain {chain.chain_id}",
     )
 
 
@@ -210,6 +239,10 @@ class Dispatcher:
     def settle_head(self, installation_id: int, repo: str, head_sha: str) -> None:
         """Enqueue settlement of head_sha now."""
         self.enqueue([settle_head_job(installation_id, repo, head_sha)])
+
+    def advance_chain(self, chain: Chain, because: str) -> None:
+        """Enqueue a look at what the chain does next, after what changed."""
+        self.enqueue([advance_chain_job(chain, because)])
 
     def sync_labels(self, issue: IssueRef) -> None:
         """Enqueue applying the issue's recorded Baton label, with retries."""

@@ -134,6 +134,14 @@ async def _file_lock(path: Path) -> AsyncIterator[None]:
         os.close(fd)
 
 
+@dataclass(frozen=True)
+class Rebased:
+    """A branch replayed onto a new base: its new tip, or the files that conflicted."""
+
+    tip: str | None
+    conflicts: tuple[str, ...]
+
+
 class Workspace:
     """Per-repository bare mirrors and per-issue worktrees under one data directory."""
 
@@ -221,6 +229,45 @@ class Workspace:
             f"refs/remotes/origin/{branch}",
         )
         return out.strip() or None
+
+    async def is_dirty(self, repo: str, number: int) -> bool:
+        """Return whether the issue's worktree on this machine holds uncommitted work."""
+        path = self.worktree_path(repo, number)
+        if not path.exists():
+            return False
+        return bool((await self.git.run(path, "status", "--porcelain")).strip())
+
+    async def rebase_branch(
+        self, repo: str, branch: str, onto: str, upstream: str, clone_url: str, token: str
+    ) -> Rebased:
+        """Replay branch's commits after upstream onto onto, and push it (leased on its tip).
+
+        Runs in a worktree of its own, so an issue's worktree is never disturbed; a
+        conflict leaves the branch as it was and names the conflicting files.
+        """
+        mirror = self.mirror_path(repo)
+        tip = await self.rev_parse(mirror, f"refs/remotes/origin/{branch}")
+        path = self.data_dir / "rebases" / repo / branch.replace("/", "-")
+        async with _file_lock(mirror.with_suffix(".lock")):
+            if path.exists():
+                await self.git.run(mirror, "worktree", "remove", "--force", str(path))
+            await self.git.run(mirror, "worktree", "prune")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            await self.git.run(mirror, "worktree", "add", "--quiet", "--detach", str(path), tip)
+        try:
+            try:
+                await self.git.run(path, "rebase", "--quiet", "--onto", onto, upstream)
+            except GitError:
+                conflicts = await self.git.run(path, "diff", "--name-only", "--diff-filter=U")
+                await self.git.run(path, "rebase", "--abort")
+                return Rebased(tip=None, conflicts=tuple(conflicts.split()))
+            new_tip = await self.rev_parse(path, "HEAD")
+            if new_tip != tip:
+                await self.push(path, clone_url, branch, token, tip)
+            return Rebased(tip=new_tip, conflicts=())
+        finally:
+            async with _file_lock(mirror.with_suffix(".lock")):
+                await self.git.run(mirror, "worktree", "remove", "--force", str(path))
 
     async def push(
         self, worktree: Path, clone_url: str, branch: str, token: str, expected: str | None

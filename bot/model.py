@@ -261,6 +261,9 @@ class Run(BaseModel):
     policy: Policy | None = Field(
         default=None, description="the budgets and account that applied (absent: the defaults)"
     )
+    escalated: bool = Field(
+        default=False, description="Baton handed the issue to a human after this run"
+    )
 
     @property
     def run_id(self) -> str:
@@ -297,3 +300,26 @@ class Run(BaseModel):
             state=RunState.CLAIMED,
             history=[StateChange(state=RunState.CLAIMED, at=at)],
         )
+
+
+class Chain(BaseModel):
+    """Dependent issues of one repository, run in order as stacked pull requests."""
+
+    model_config = ConfigDict(frozen=True)
+
+    installation_id: int
+    repo: str
+    head: int = Field(description="the issue that was queued: a tracking issue or the last link")
+    tracking: bool = Field(description="head lists the links; otherwise head is the last link")
+    links: tuple[int, ...]
+    warnings: tuple[str, ...] = ()
+    generation: int = Field(default=1, description="how often the chain was queued")
+
+    @property
+    def chain_id(self) -> str:
+        """Return the chain's id: its repository and the issue that was queued."""
+        return f"{self.repo}#{self.head}"
+
+    def issue(self, number: int) -> IssueRef:
+        """Return the reference of one of the chain's issues."""
+        return IssueRef(installation_id=self.installation_id, repo=self.repo, number=number)

@@ -93,6 +93,16 @@ async def report(
         store.set_status_comment(issue, comment)
 
 
+async def post_status(services: Services, gh: GitHubClient, issue: IssueRef, body: str) -> None:
+    """Put body in the issue's status comment (for a state that is not a run's)."""
+    store = services.store
+    async with store.comment_lock(issue):
+        comment = await upsert_comment(
+            gh, issue.repo, issue.number, store.status_comment(issue), body
+        )
+        store.set_status_comment(issue, comment)
+
+
 _NEXT: dict[str, str] = {
     "pushed-pending": "waiting for the pull request's checks",
     "pushed-green": "a maintainer's review; requested changes come back to the agent",
@@ -251,6 +261,9 @@ async def escalate(
 ) -> None:
     """Hand the issue to a human: Baton's labels off, `escalated` on, one comment, once."""
     settings, store, issue = services.settings, services.store, run.issue
+    store.update_run(
+        issue, run.attempt, lambda current: current.model_copy(update={"escalated": True})
+    )
     await set_state_label(gh, store, services.dispatch, settings, issue, settings.escalated_label)
     await report(services, gh, run, f"a maintainer: {reason}", checks)
     reason_key = run.failure_class or "escalated"
@@ -269,3 +282,6 @@ async def escalate(
         store.forget_escalation(issue, reason_key, run.attempt)  # a retry posts it
         raise
     log.warning("%s: escalated after attempt %d: %s", issue, run.attempt, reason)
+    chain = store.chain_of(issue)
+    if chain is not None:
+        services.dispatch.advance_chain(chain, f"escalated-{issue.number}-{run.attempt}")

@@ -136,6 +136,14 @@ def _continuation_sections(continuation: Continuation) -> list[str]:
         sections += [_check_section(check) for check in continuation.failing_checks]
     if continuation.review is not None:
         sections += _review_sections(continuation.review)
+    if previous.failure_class == "merge-conflict" and previous.base_branch:
+        base = previous.base_branch
+        sections += [
+            "## Merge conflict",
+            f"The branch this pull request builds on moved: {previous.reason}. Merge it into "
+            f"this branch (`git merge origin/{base}`), resolve the conflicts so both sides' "
+            "intent survives, and commit the merge.",
+        ]
     return sections
 
 
@@ -195,6 +203,11 @@ def waiting_comment(account: str, reopens_at: datetime, now: datetime) -> str:
             f"Next: starting at {instant(reopens_at, now)}, when the window reopens.",
         ]
     )
+
+
+def refusal_comment(reason: str) -> str:
+    """Return the status comment of an issue Baton refused to start, and why."""
+    return "\n".join([STATUS_MARKER, "**Baton** · not started", "", reason])
 
 
 def config_error_comment(path: str, ref: str, problems: Sequence[str]) -> str:

@@ -12,6 +12,7 @@ from gidgethub import HTTPException
 
 from bot import render
 from bot.agents import AgentConfigError, AgentRequest, adapter_for
+from bot.chainwork import stack_base
 from bot.checks import failing_checks
 from bot.classify import Ending, RunFacts
 from bot.config import CONFIG_PATH, InvalidRepoConfig, apply_repo_config
@@ -20,7 +21,7 @@ from bot.git import GitError, branch_name
 from bot.github import GitHubApp, GitHubClient, github_app
 from bot.labels import set_state_label
 from bot.model import AgentResult, IssueRef, Run, RunState, utcnow
-from bot.recovery import Services, conclude, report
+from bot.recovery import Services, conclude, post_status, report
 from bot.render import Continuation, ReviewComment, ReviewSummary
 from bot.store import LOCK_TTL_MS, Claim, LockLost
 from bot.tracker import (
@@ -30,7 +31,6 @@ from bot.tracker import (
     pr_files,
     read_issue,
     read_pull,
-    upsert_comment,
 )
 
 log = logging.getLogger(__name__)
@@ -128,6 +128,11 @@ class _Attempt:
             await self._refuse_config(gh, exc, base)
             return None
         self.settings = apply_repo_config(self.settings, config)
+        try:
+            base = await self._stack_base(gh, base, str(repo["clone_url"]))
+        except _Refused as why:
+            await self._refuse(gh, str(why), render.refusal_comment(str(why)))
+            return None
         policy = self.settings.policy
         reopens_at = self.store.window_reopens_at(policy.account, utcnow())
         if reopens_at is not None and policy.limits.halt_on_usage_window:
@@ -140,7 +145,7 @@ class _Attempt:
                 "continuation_of": previous.attempt
                 if previous and self.mode is RunMode.CONTINUE
                 else None,
-                "queued_fresh": self.mode is RunMode.FRESH,
+                "queued_fresh": self.mode in (RunMode.FRESH, RunMode.CHAIN),
                 "policy": policy,
             }
         )
@@ -194,14 +199,47 @@ class _Attempt:
                 self.settings.halted_label,
                 labels,
             )
-        await self._status(gh, render.waiting_comment(account, reopens_at, utcnow()))
+        await post_status(
+            self.services, gh, self.issue, render.waiting_comment(account, reopens_at, utcnow())
+        )
         log.info(
             "%s: %s's usage window is closed; waiting until %s", self.issue, account, reopens_at
         )
 
-    async def _refuse_config(self, gh: GitHubClient, invalid: InvalidRepoConfig, base: str) -> None:
-        """Start nothing on an invalid repository file; say what is wrong, once per version."""
-        log.warning("%s: %s; not starting", self.issue, invalid)
+    async def _stack_base(self, gh: GitHubClient, base: str, clone_url: str) -> str:
+        """Return the branch a chain link builds on: its predecessor's, while that is unmerged.
+
+        Never the base branch in place of a predecessor's: a tip that is gone, or
+        a predecessor's worktree holding work it never committed, refuses the link.
+        """
+        chain = self.store.chain_of(self.issue)
+        if chain is None or self.issue.number not in chain.links:
+            return base
+        predecessor = await stack_base(gh, self.services, chain, self.issue.number)
+        if predecessor is None:
+            return base
+        workspace = self.services.workspace
+        token = await self.app.installation_token(self.issue.installation_id)
+        await workspace.refresh_mirror(self.issue.repo, clone_url, token)
+        pred = f"#{predecessor.issue.number}"
+        if await workspace.remote_branch(self.issue.repo, predecessor.branch) is None:
+            raise _Refused(
+                f"{pred}'s branch `{predecessor.branch}` no longer exists, so there is no "
+                f"committed tip to build #{self.issue.number} on (Baton never builds a link "
+                "on the base branch in its place). Restore the branch, or re-queue the "
+                f"chain once {pred} is merged."
+            )
+        if await workspace.is_dirty(self.issue.repo, predecessor.issue.number):
+            raise _Refused(
+                f"{pred}'s worktree holds uncommitted work, so its branch is not the tip "
+                f"#{self.issue.number} should build on. Commit and push it, or discard it, "
+                "then re-queue the chain."
+            )
+        return predecessor.branch
+
+    async def _refuse(self, gh: GitHubClient, reason: str, comment: str | None) -> None:
+        """Start nothing: the issue is a maintainer's to act on; comment says why, if given."""
+        log.warning("%s: not starting: %s", self.issue, reason)
         await set_state_label(
             gh,
             self.store,
@@ -210,16 +248,16 @@ class _Attempt:
             self.issue,
             self.settings.escalated_label,
         )
+        if comment is not None:
+            await post_status(self.services, gh, self.issue, comment)
+
+    async def _refuse_config(self, gh: GitHubClient, invalid: InvalidRepoConfig, base: str) -> None:
+        """Start nothing on an invalid repository file; say what is wrong, once per version."""
+        comment = None
         if self.store.first_config_error(self.issue, invalid.blob_sha):
             problems = [problem.within_file for problem in invalid.error.problems]
-            await self._status(gh, render.config_error_comment(CONFIG_PATH, base, problems))
-
-    async def _status(self, gh: GitHubClient, body: str) -> None:
-        async with self.store.comment_lock(self.issue):
-            comment = await upsert_comment(
-                gh, self.issue.repo, self.issue.number, self.store.status_comment(self.issue), body
-            )
-            self.store.set_status_comment(self.issue, comment)
+            comment = render.config_error_comment(CONFIG_PATH, base, problems)
+        await self._refuse(gh, str(invalid), comment)
 
     def _predecessor(self, data: dict[str, Any], labels: set[str]) -> Run | None:
         """Return the run this attempt follows (None for a fresh one); raise _NotNow to skip."""
@@ -228,6 +266,11 @@ class _Attempt:
         if self.mode is RunMode.FRESH:
             if self.settings.queue_label not in labels:
                 raise _NotNow(f"it no longer carries {self.settings.queue_label}")
+            return None
+        if self.mode is RunMode.CHAIN:
+            chain = self.store.chain_of(self.issue)
+            if chain is None or self.issue.number not in chain.links:
+                raise _NotNow("it is no longer a link of a chain")
             return None
         latest = self.store.latest_run(self.issue)
         if latest is None or latest.attempt != self.after or latest.classification is None:
@@ -341,6 +384,9 @@ class _Attempt:
         log.info(
             "%s: attempt %d pushed %s to %s", self.issue, run.attempt, run.head_sha[:12], run.pr_url
         )
+        chain = self.store.chain_of(self.issue)
+        if chain is not None:
+            self.services.dispatch.advance_chain(chain, f"pushed-{run.head_sha}")  # its manifest
         return run
 
     async def _continuation(self, gh: GitHubClient, previous: Run | None) -> Continuation | None:
@@ -486,6 +532,10 @@ def _previous_session(continuation: Continuation | None) -> str | None:
     if continuation is None or continuation.previous.agent_result is None:
         return None
     return continuation.previous.agent_result.session_id
+
+
+class _Refused(Exception):
+    """The attempt must not start, and a maintainer must be told why."""
 
 
 class _NotNow(Exception):

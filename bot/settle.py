@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from bot.chainwork import link_merged
 from bot.checks import Verdict, checks_verdict, failing_checks
 from bot.classify import RunFacts
 from bot.github import GitHubClient, github_app
@@ -65,6 +66,11 @@ async def settle_head(
                 services.settings.review_label,
             )
             await report(services, gh, settled, checks=checks)
+            chain = services.store.chain_of(issue)
+            if chain is not None:
+                services.dispatch.advance_chain(
+                    chain, f"green-{head_sha}"
+                )  # the next link builds on it
             return settled
         names = ", ".join(check.name for check in checks) or "a check"
         facts = RunFacts(ending="checks-failed", detail=f"failing: {names}")
@@ -112,6 +118,10 @@ async def settle_pull_closed(
         gh = await app.for_installation(installation_id)
         await set_state_label(gh, services.store, services.dispatch, services.settings, issue, None)
         await report(services, gh, closed)
+        if merged:
+            await link_merged(services, gh, closed)
+        elif (chain := services.store.chain_of(issue)) is not None:
+            services.dispatch.advance_chain(chain, f"closed-{pull}")  # it holds its successors
     log.info(
         "%s: PR #%d %s; attempt %d ends %s",
         issue,

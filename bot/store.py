@@ -7,7 +7,7 @@ import hashlib
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import cast
@@ -16,7 +16,7 @@ import redis
 import redis.asyncio
 from redis.exceptions import NoScriptError, WatchError
 
-from bot.model import IssueRef, Run
+from bot.model import Chain, IssueRef, Run
 
 _PREFIX = "baton"
 DELIVERY_TTL_S = 7 * 24 * 3600  # GitHub lets a delivery be redelivered for days, not weeks
@@ -24,6 +24,7 @@ RUN_TTL_S = 90 * 24 * 3600
 LOCK_TTL_MS = 60_000  # a claim lives this long without a heartbeat
 COMMENT_LOCK_TTL_MS = 15_000
 COMMENT_LOCK_WAIT_S = 20.0
+CHAIN_LOCK_TTL_MS = 300_000  # restacking a chain's branches: a few fetches and pushes
 RECENT_RUNS = 200
 INTAKE_STREAM = f"{_PREFIX}:intake"
 INTAKE_GROUP = "forwarders"
@@ -369,14 +370,24 @@ class Store:
         """Remember a pull request's status comment so it is edited, never posted twice."""
         self.redis.set(f"{_PREFIX}:pull:{repo}:{number}:status-comment", comment_id)
 
-    @asynccontextmanager
-    async def comment_lock(self, issue: IssueRef) -> AsyncIterator[None]:
+    def comment_lock(self, issue: IssueRef) -> AbstractAsyncContextManager[None]:
         """Hold the issue's comment mutex, so two jobs never edit its comments out of order."""
-        key, token = _issue_key(issue, "comment-lock"), secrets.token_hex(8)
-        deadline = time.monotonic() + COMMENT_LOCK_WAIT_S
-        while not self.redis.set(key, token, nx=True, px=COMMENT_LOCK_TTL_MS):
+        return self._mutex(
+            _issue_key(issue, "comment-lock"), COMMENT_LOCK_TTL_MS, COMMENT_LOCK_WAIT_S
+        )
+
+    def chain_lock(self, chain: Chain) -> AbstractAsyncContextManager[None]:
+        """Hold the chain's mutex, so two merges never restack its branches at once."""
+        key = f"{_PREFIX}:chain-lock:{chain.chain_id}"
+        return self._mutex(key, CHAIN_LOCK_TTL_MS, CHAIN_LOCK_TTL_MS / 1000)
+
+    @asynccontextmanager
+    async def _mutex(self, key: str, ttl_ms: int, wait_s: float) -> AsyncIterator[None]:
+        token = secrets.token_hex(8)
+        deadline = time.monotonic() + wait_s
+        while not self.redis.set(key, token, nx=True, px=ttl_ms):
             if time.monotonic() > deadline:
-                break  # a holder that died: its lock expires anyway, and a late edit is harmless
+                break  # a holder that died: its lock has expired by now
             await asyncio.sleep(0.02)
         try:
             yield
@@ -424,6 +435,42 @@ class Store:
     def waits(self) -> list[tuple[IssueRef, datetime]]:
         """Return every issue waiting for a window, soonest first."""
         return self._indexed(f"{_PREFIX}:waiting")
+
+    # Chains ---------------------------------------------------------------
+
+    def save_chain(self, chain: Chain) -> Chain:
+        """Record a chain as queued, one generation after any earlier queueing of it.
+
+        Each link then belongs to this chain: an issue runs in one chain at a time.
+        """
+        key = f"{_PREFIX}:chain:{chain.chain_id}"
+        generation = int(self.redis.hincrby(f"{_PREFIX}:chain-generations", chain.chain_id, 1))
+        saved = chain.model_copy(update={"generation": generation})
+        with self.redis.pipeline() as pipe:
+            pipe.set(key, saved.model_dump_json(), ex=RUN_TTL_S)
+            for number in {*chain.links, chain.head}:
+                pipe.set(_issue_key(chain.issue(number), "chain"), chain.chain_id, ex=RUN_TTL_S)
+            pipe.execute()
+        return saved
+
+    def chain(self, chain_id: str) -> Chain | None:
+        """Return a chain by its id."""
+        raw = self.redis.get(f"{_PREFIX}:chain:{chain_id}")
+        return None if raw is None else Chain.model_validate_json(raw)
+
+    def chain_of(self, issue: IssueRef) -> Chain | None:
+        """Return the chain the issue is a link (or the tracking issue) of, if any."""
+        chain_id = self.redis.get(_issue_key(issue, "chain"))
+        return None if chain_id is None else self.chain(_text(chain_id))
+
+    def chains(self) -> list[Chain]:
+        """Return every recorded chain."""
+        found = []
+        for key in self.redis.scan_iter(match=f"{_PREFIX}:chain:*"):
+            raw = self.redis.get(key)
+            if raw is not None:
+                found.append(Chain.model_validate_json(raw))
+        return found
 
     # Repository configuration ------------------------------------------
 

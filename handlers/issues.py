@@ -1,11 +1,12 @@
-"""Issue events: the queue label starts a run."""
+"""Issue events: the queue label starts a run, or a chain when the issue names one."""
 
 from __future__ import annotations
 
 from gidgethub.routing import Router
 from gidgethub.sansio import Event
 
-from bot.dispatch import issue_closed_job, run_issue_job
+from bot.chains import names_a_chain
+from bot.dispatch import issue_closed_job, queue_chain_job, run_issue_job
 from handlers.context import HandlerContext
 
 router = Router()
@@ -17,7 +18,11 @@ async def queue_label_added(event: Event, ctx: HandlerContext) -> None:
     if event.data["label"]["name"] != ctx.settings.queue_label or ctx.sent_by_baton(event):
         return
     issue = ctx.issue_ref(event)
-    if issue is not None:
+    if issue is None:
+        return
+    if names_a_chain(event.data["issue"].get("body"), issue.repo):
+        ctx.enqueue(queue_chain_job(issue, event.delivery_id))
+    else:
         ctx.enqueue(run_issue_job(ctx.settings, issue, event.delivery_id))
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bot.devstack import free_port
-from bot.model import IssueRef
+from bot.model import Chain, IssueRef
 from bot.store import Store
 
 
@@ -103,3 +103,11 @@ def test_status_shows_halted_and_waiting_issues_with_their_times(
     assert result.returncode == 0, result.stderr
     assert "halted until 2026-12-01 07:02 UTC: octo/widgets#7" in result.stdout
     assert "waiting until 2026-12-01 07:02 UTC: octo/widgets#8" in result.stdout
+
+
+def test_status_lists_each_chain_with_its_links(redis_url: str, store: Store) -> None:
+    chain = Chain(installation_id=1, repo="octo/widgets", head=9, tracking=True, links=(4, 5))
+    store.save_chain(chain)
+    result = baton("status", REDIS_URL=redis_url)
+    assert result.returncode == 0, result.stderr
+    assert "chain octo/widgets#9: #4 not started, #5 not started" in result.stdout

@@ -35,6 +35,7 @@ max_resume_reentries: 5
 wall_clock_minutes: 30.5
 max_cost_usd: 12
 halt_on_usage_window: false
+strict_preflight: true
 escalation_mentions: [octocat, hubot]
 """
 
@@ -71,6 +72,7 @@ def test_a_full_file_gives_every_value() -> None:
         wall_clock_minutes=30.5,
         max_cost_usd=12.0,
         halt_on_usage_window=False,
+        strict_preflight=True,
         escalation_mentions=["octocat", "hubot"],
     )
     assert all(

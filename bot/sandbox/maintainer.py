@@ -43,6 +43,32 @@ class Maintainer:
         await self.git.run(seed, "push", "--quiet", repo["clone_url"], "main", token=self.token)
         return repo
 
+    async def push_to_main(
+        self, full_name: str, files: Mapping[str, str], workdir: Path, message: str
+    ) -> None:
+        """Commit files on top of a repository made by create_repo in workdir, and push main."""
+        repo: dict[str, Any] = await self.gh.getitem("/repos/{+repo}", {"repo": full_name})
+        seed = workdir / f"seed-{repo['name']}"
+        await self.git.run(
+            seed, "pull", "--quiet", "--ff-only", repo["clone_url"], "main", token=self.token
+        )
+        for path, text in files.items():
+            (seed / path).parent.mkdir(parents=True, exist_ok=True)
+            (seed / path).write_text(text)
+        await self.git.run(seed, "add", "--all")
+        await self.git.run(seed, "commit", "--quiet", "-m", message)
+        await self.git.run(seed, "push", "--quiet", repo["clone_url"], "main", token=self.token)
+
+    async def delete_branch(self, repo: str, branch: str) -> None:
+        """Delete a branch (GitHub closes the pull requests it heads)."""
+        await self.gh.delete(
+            "/repos/{+repo}/git/refs/heads/{branch}", {"repo": repo, "branch": branch}
+        )
+
+    async def set_webhook_url(self, url: str | None) -> None:
+        """Point the sandbox's webhooks elsewhere (None: deliver nowhere, as in an outage)."""
+        await self.gh.patch("/_sandbox/config", data={"webhook_url": url})
+
     async def open_issue(self, repo: str, title: str, body: str) -> dict[str, Any]:
         """Open an issue."""
         issue: dict[str, Any] = await self.gh.post(

@@ -10,6 +10,7 @@ says in its issue what the agent does:
     agent: env-dump PATH       write the environment as JSON to PATH (outside the worktree)
     agent: window SECONDS      report a provider usage window that resets in SECONDS, and stop
     agent: fail-costing USD    report a failed run that cost USD, and stop
+    agent: merge REF           merge REF into the branch, leaving any conflict to resolve
 
 `agent@N: ...` does the same on attempt N only.
 """
@@ -48,6 +49,9 @@ def main() -> int:
             git = ["git", "-c", "user.name=Agent", "-c", "user.email=agent@example.invalid"]
             subprocess.run([*git, "add", "-A"], check=True)
             subprocess.run([*git, "commit", "-q", "-m", rest], check=True)
+        elif verb == "merge":
+            merge = ["git", "-c", "user.name=Agent", "-c", "user.email=agent@example.invalid"]
+            subprocess.run([*merge, "merge", "--no-edit", rest], check=False)
         elif verb == "sleep":
             time.sleep(float(rest))
         elif verb == "exit":

@@ -1,0 +1,322 @@
+"""Chains at work: plan a queued chain, start its links in order, restack them after a merge.
+
+The decisions are pure (`bot/chains.py`); this module reads what GitHub and the
+run records say, applies those decisions and writes the results back. Every
+step is recomputed from that state, so a repeated job finds the work done.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gidgethub import BadRequest
+
+from bot import render
+from bot.chains import (
+    STACK_MARKER,
+    ChainRefused,
+    IssueFacts,
+    LinkStatus,
+    ManifestLink,
+    chain_from_dependencies,
+    chain_status_comment,
+    dependency_closure,
+    held_comment,
+    is_tracking_issue,
+    link_status,
+    next_step,
+    predecessor_of,
+    preflight,
+    stack_manifest,
+    successors,
+    task_list,
+)
+from bot.classify import RunFacts
+from bot.config import InvalidRepoConfig
+from bot.dispatch import RunMode, run_issue_job
+from bot.github import GitHubClient, github_app
+from bot.labels import set_state_label
+from bot.model import Chain, IssueRef, Run, RunState, utcnow
+from bot.recovery import Services, conclude, post_status
+from bot.tracker import label_names, load_repo_config, read_issue
+
+log = logging.getLogger(__name__)
+
+
+async def queue_chain(services: Services, issue: IssueRef) -> Chain | None:
+    """Plan the chain a queued issue names and start its first incomplete link.
+
+    A refused chain (a cycle, a missing issue, another repository, a strict
+    pre-flight) gets one clear comment and nothing is provisioned.
+    """
+    settings, store = services.settings, services.store
+    async with github_app(settings, store) as app:
+        gh = await app.for_installation(issue.installation_id)
+        data = await read_issue(gh, issue)
+        labels = label_names(data)
+        if settings.queue_label not in labels or data["state"] != "open":
+            log.info("%s: no longer queued; not planning its chain", issue)
+            return None
+        repo = await gh.getitem("/repos/{+repo}", {"repo": issue.repo})
+        try:
+            config = await load_repo_config(gh, store, issue.repo, str(repo["default_branch"]))
+            chain = await _plan(gh, issue, data, config.strict_preflight)
+        except (ChainRefused, InvalidRepoConfig) as exc:
+            log.warning("%s: chain refused: %s", issue, exc)
+            await set_state_label(
+                gh, store, services.dispatch, settings, issue, settings.escalated_label, labels
+            )
+            await post_status(
+                services, gh, issue, render.refusal_comment(f"The chain was refused: {exc}")
+            )
+            return None
+        chain = store.save_chain(chain)
+        log.info("%s: chain %s of links %s", issue, chain.chain_id, chain.links)
+        if chain.tracking:
+            await set_state_label(
+                gh, store, services.dispatch, settings, issue, settings.in_progress_label, labels
+            )
+        await advance(services, gh, chain, requeued=True)
+        return chain
+
+
+async def advance_chain(services: Services, installation_id: int, repo: str, head: int) -> None:
+    """Start, hold or finish the chain queued at head, as its links now stand."""
+    chain = services.store.chain(f"{repo}#{head}")
+    if chain is None or chain.installation_id != installation_id:
+        return
+    async with github_app(services.settings, services.store) as app:
+        gh = await app.for_installation(installation_id)
+        await advance(services, gh, chain)
+
+
+async def advance(
+    services: Services, gh: GitHubClient, chain: Chain, requeued: bool = False
+) -> None:
+    """Do the chain's next step and show where every link stands.
+
+    Queued again by a maintainer, a link that stopped the chain gets a new start;
+    links that are merged or green are never run again.
+    """
+    settings, store = services.settings, services.store
+    links = await manifest_links(gh, services, chain)
+    statuses = {
+        link.number: LinkStatus.NOT_STARTED
+        if requeued and link.status is LinkStatus.STOPPED
+        else link.status
+        for link in links
+    }
+    step = next_step(chain.links, statuses)
+    log.info("%s: chain %s next: %s", chain.chain_id, statuses, step.action)
+    if step.action == "start" and step.link is not None:
+        key = f"{chain.head}-{chain.generation}"
+        services.dispatch.enqueue(
+            [run_issue_job(settings, chain.issue(step.link), key, RunMode.CHAIN)]
+        )
+    elif step.action == "held" and step.held_by is not None:
+        for number in successors(chain.links, step.held_by):
+            if statuses[number] is LinkStatus.NOT_STARTED:
+                await post_status(
+                    services, gh, chain.issue(number), held_comment(number, step.held_by)
+                )
+    await _restamp_manifests(gh, chain, links)
+    if chain.tracking:
+        head = chain.issue(chain.head)
+        await post_status(
+            services, gh, head, chain_status_comment(chain.head, links, step, chain.warnings)
+        )
+        if step.action == "complete":
+            done = all(status is not LinkStatus.GREEN for status in statuses.values())
+            label = None if done else settings.review_label
+            await set_state_label(gh, store, services.dispatch, settings, head, label)
+
+
+async def manifest_links(gh: GitHubClient, services: Services, chain: Chain) -> list[ManifestLink]:
+    """Return every link of the chain with its title, PR and status as they are now."""
+    links = []
+    for number in chain.links:
+        data = await read_issue(gh, chain.issue(number))
+        run = services.store.latest_run(chain.issue(number))
+        links.append(
+            ManifestLink(
+                number=number,
+                title=str(data["title"]),
+                status=link_status(run, data["state"] == "open"),
+                pr_number=run.pr_number if run else None,
+                pr_url=run.pr_url if run else None,
+            )
+        )
+    return links
+
+
+async def stack_base(gh: GitHubClient, services: Services, chain: Chain, number: int) -> Run | None:
+    """Return the run whose branch the link builds on now (None: the base branch)."""
+    links = await manifest_links(gh, services, chain)
+    statuses = {link.number: link.status for link in links}
+    predecessor = predecessor_of(chain.links, statuses, number)
+    if predecessor is None:
+        return None
+    return services.store.latest_run(chain.issue(predecessor))
+
+
+async def link_merged(services: Services, gh: GitHubClient, merged: Run) -> None:
+    """Restack the successors of a merged link onto what it merged into, then advance.
+
+    The first successor's PR is retargeted to that branch; every successor's
+    branch is replayed without the commits it inherited. A conflict sends that
+    link back to the agent as a `merge-conflict` continuation, and stops here.
+    """
+    chain = services.store.chain_of(merged.issue)
+    if chain is None or merged.issue.number not in chain.links:
+        return
+    async with services.store.chain_lock(chain):
+        await _restack(services, gh, chain, merged)
+    await advance(services, gh, chain)
+
+
+async def _restack(services: Services, gh: GitHubClient, chain: Chain, merged: Run) -> None:
+    store = services.store
+    repo = await gh.getitem("/repos/{+repo}", {"repo": chain.repo})
+    new_base = merged.base_branch or str(repo["default_branch"])
+    token = await _token(services, chain)
+    workspace = services.workspace
+    mirror = await workspace.refresh_mirror(chain.repo, str(repo["clone_url"]), token)
+    onto = await workspace.rev_parse(mirror, f"refs/remotes/origin/{new_base}")
+    old_tip, stacked_on = merged.head_sha, merged.branch
+    for number in successors(chain.links, merged.issue.number):
+        run = store.latest_run(chain.issue(number))
+        if run is None or run.head_sha is None or run.pr_number is None or old_tip is None:
+            break
+        if run.base_branch != stacked_on:
+            break  # not stacked on the link before it: nothing inherited to drop
+        target = new_base if stacked_on == merged.branch else run.base_branch
+        assert target is not None
+        if target != run.base_branch:
+            await _retarget(gh, chain.repo, run.pr_number, target)
+        rebased = await workspace.rebase_branch(
+            chain.repo, run.branch, onto, old_tip, str(repo["clone_url"]), token
+        )
+        if rebased.tip is None:
+            await _conflicted(services, gh, run, target, rebased.conflicts)
+            break
+        store.update_run(run.issue, run.attempt, _restacked(target, onto, rebased.tip))
+        log.info("%s: restacked %s onto %s at %s", run.issue, run.branch, target, rebased.tip[:12])
+        old_tip, stacked_on, onto = run.head_sha, run.branch, rebased.tip
+
+
+def _restacked(base: str, base_sha: str, tip: str) -> Callable[[Run], Run | None]:
+    def change(current: Run) -> Run | None:
+        if current.head_sha == tip:
+            return None
+        moved = (
+            current
+            if current.state is RunState.PUSHED_PENDING
+            else current.moved(RunState.PUSHED_PENDING, utcnow(), note=f"restacked onto {base}")
+        )
+        return moved.model_copy(update={"base_branch": base, "base_sha": base_sha, "head_sha": tip})
+
+    return change
+
+
+async def _conflicted(
+    services: Services, gh: GitHubClient, run: Run, base: str, files: tuple[str, ...]
+) -> None:
+    listed = ", ".join(f"`{name}`" for name in files) or "files git did not name"
+    reason = f"replaying `{run.branch}` onto `{base}` conflicted in {listed}"
+    failed = services.store.update_run(
+        run.issue,
+        run.attempt,
+        lambda current: (
+            current.moved(RunState.FAILED, utcnow(), note="merge conflict").model_copy(
+                update={"reason": reason, "base_branch": base}
+            )
+            if current.classification is None
+            else None
+        ),
+    )
+    if failed is not None:
+        await conclude(services, gh, failed, RunFacts(ending="merge-conflict", detail=reason))
+
+
+async def _retarget(gh: GitHubClient, repo: str, pull: int, base: str) -> None:
+    await gh.patch(
+        "/repos/{+repo}/pulls/{number}", {"repo": repo, "number": pull}, data={"base": base}
+    )
+
+
+async def _token(services: Services, chain: Chain) -> str:
+    async with github_app(services.settings, services.store) as app:
+        return await app.installation_token(chain.installation_id)
+
+
+async def _restamp_manifests(gh: GitHubClient, chain: Chain, links: list[ManifestLink]) -> None:
+    """Keep the stack manifest in every open PR of the chain as the links now stand."""
+    for link in links:
+        if link.pr_number is None or link.status in (LinkStatus.MERGED, LinkStatus.CLOSED):
+            continue
+        url_vars: dict[str, str | int] = {"repo": chain.repo, "number": link.pr_number}
+        pull = await gh.getitem("/repos/{+repo}/pulls/{number}", url_vars)
+        body = str(pull.get("body") or "")
+        kept = body.split(STACK_MARKER, 1)[0].rstrip()
+        stamped = f"{kept}\n\n{stack_manifest(links, link.number)}"
+        if stamped != body:
+            await gh.patch("/repos/{+repo}/pulls/{number}", url_vars, data={"body": stamped})
+
+
+async def _plan(gh: GitHubClient, issue: IssueRef, data: dict[str, Any], strict: bool) -> Chain:
+    body = data.get("body")
+    if is_tracking_issue(body, issue.repo):
+        listed = task_list(body, issue.repo)
+        facts = await _issue_facts(gh, issue, listed)
+        planned = preflight(listed, facts, issue.repo, strict)
+        return Chain(
+            installation_id=issue.installation_id,
+            repo=issue.repo,
+            head=issue.number,
+            tracking=True,
+            links=planned.order,
+            warnings=planned.warnings,
+        )
+    facts = {issue.number: _facts_of(data)}
+    absent: set[int] = set()
+    while missing := set(dependency_closure(issue.number, facts, issue.repo)) - absent:
+        fetched = await _issue_facts(gh, issue, sorted(missing))
+        absent |= missing - fetched.keys()
+        facts.update(fetched)
+    return Chain(
+        installation_id=issue.installation_id,
+        repo=issue.repo,
+        head=issue.number,
+        tracking=False,
+        links=chain_from_dependencies(issue.number, facts, issue.repo),
+    )
+
+
+async def _issue_facts(
+    gh: GitHubClient, issue: IssueRef, numbers: list[int] | tuple[int, ...]
+) -> Mapping[int, IssueFacts]:
+    """Return what the chain needs of each issue that exists (pull requests are not issues)."""
+    found = {}
+    for number in numbers:
+        try:
+            data = await read_issue(
+                gh, IssueRef(installation_id=issue.installation_id, repo=issue.repo, number=number)
+            )
+        except BadRequest as exc:
+            if exc.status_code in (404, 410):
+                continue
+            raise
+        if "pull_request" not in data:
+            found[number] = _facts_of(data)
+    return found
+
+
+def _facts_of(data: dict[str, Any]) -> IssueFacts:
+    return IssueFacts(
+        number=int(data["number"]),
+        title=str(data["title"]),
+        body=data.get("body"),
+        open=data["state"] == "open",
+    )
