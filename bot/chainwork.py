@@ -166,44 +166,67 @@ async def link_merged(services: Services, gh: GitHubClient, merged: Run) -> None
 
     The first successor's PR is retargeted to that branch; every successor's
     branch is replayed without the commits it inherited. A conflict sends that
-    link back to the agent as a `merge-conflict` continuation, and stops here.
+    link back to the agent as a `merge-conflict` continuation, and stops there.
     """
-    chain = services.store.chain_of(merged.issue)
-    if chain is None or merged.issue.number not in chain.links:
+    await _restack_then_advance(services, gh, merged, merged=True)
+
+
+async def link_green(services: Services, gh: GitHubClient, green: Run) -> None:
+    """Bring the links stacked on a link that went green (again) onto its new tip, then advance.
+
+    A link whose PR took more commits (a continuation after review) leaves its
+    successors on its old tip; they are replayed onto the new one.
+    """
+    await _restack_then_advance(services, gh, green, merged=False)
+
+
+async def _restack_then_advance(
+    services: Services, gh: GitHubClient, moved: Run, merged: bool
+) -> None:
+    chain = services.store.chain_of(moved.issue)
+    if chain is None or moved.issue.number not in chain.links:
         return
     async with services.store.chain_lock(chain):
-        await _restack(services, gh, chain, merged)
+        await _restack(services, gh, chain, moved, merged)
     await advance(services, gh, chain)
 
 
-async def _restack(services: Services, gh: GitHubClient, chain: Chain, merged: Run) -> None:
+async def _restack(
+    services: Services, gh: GitHubClient, chain: Chain, moved: Run, merged: bool
+) -> None:
     store = services.store
+    stacked = [
+        run
+        for number in successors(chain.links, moved.issue.number)
+        if (run := store.latest_run(chain.issue(number))) is not None
+    ]
+    first = stacked[0] if stacked else None
+    if first is None or first.base_branch != moved.branch or moved.head_sha is None:
+        return  # nothing built on the link yet
+    if not merged and first.base_sha == moved.head_sha:
+        return  # already on the link's tip
     repo = await gh.getitem("/repos/{+repo}", {"repo": chain.repo})
-    new_base = merged.base_branch or str(repo["default_branch"])
+    clone_url = str(repo["clone_url"])
     token = await _token(services, chain)
     workspace = services.workspace
-    mirror = await workspace.refresh_mirror(chain.repo, str(repo["clone_url"]), token)
-    onto = await workspace.rev_parse(mirror, f"refs/remotes/origin/{new_base}")
-    old_tip, stacked_on = merged.head_sha, merged.branch
-    for number in successors(chain.links, merged.issue.number):
-        run = store.latest_run(chain.issue(number))
-        if run is None or run.head_sha is None or run.pr_number is None or old_tip is None:
-            break
-        if run.base_branch != stacked_on:
-            break  # not stacked on the link before it: nothing inherited to drop
-        target = new_base if stacked_on == merged.branch else run.base_branch
-        assert target is not None
+    mirror = await workspace.refresh_mirror(chain.repo, clone_url, token)
+    target = (moved.base_branch or str(repo["default_branch"])) if merged else moved.branch
+    onto = await workspace.rev_parse(mirror, f"refs/remotes/origin/{target}")
+    stacked_on, old_tip = moved.branch, moved.head_sha
+    for run in stacked:
+        if run.head_sha is None or run.pr_number is None or run.base_branch != stacked_on:
+            break  # not built on the link before it: nothing inherited to drop
         if target != run.base_branch:
             await _retarget(gh, chain.repo, run.pr_number, target)
         rebased = await workspace.rebase_branch(
-            chain.repo, run.branch, onto, old_tip, str(repo["clone_url"]), token
+            chain.repo, run.branch, onto, old_tip, clone_url, token
         )
         if rebased.tip is None:
             await _conflicted(services, gh, run, target, rebased.conflicts)
             break
         store.update_run(run.issue, run.attempt, _restacked(target, onto, rebased.tip))
         log.info("%s: restacked %s onto %s at %s", run.issue, run.branch, target, rebased.tip[:12])
-        old_tip, stacked_on, onto = run.head_sha, run.branch, rebased.tip
+        stacked_on, old_tip, target, onto = run.branch, run.head_sha, run.branch, rebased.tip
 
 
 def _restacked(base: str, base_sha: str, tip: str) -> Callable[[Run], Run | None]:

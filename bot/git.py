@@ -238,12 +238,14 @@ class Workspace:
         return bool((await self.git.run(path, "status", "--porcelain")).strip())
 
     async def rebase_branch(
-        self, repo: str, branch: str, onto: str, upstream: str, clone_url: str, token: str
+        self, repo: str, branch: str, onto: str, built_on: str, clone_url: str, token: str
     ) -> Rebased:
-        """Replay branch's commits after upstream onto onto, and push it (leased on its tip).
+        """Replay branch's own commits onto onto, and push it (leased on its tip).
 
-        Runs in a worktree of its own, so an issue's worktree is never disturbed; a
-        conflict leaves the branch as it was and names the conflicting files.
+        The branch's own commits are those since its merge base with built_on, the
+        tip of what it was built on then. Runs in a worktree of its own, so an
+        issue's worktree is never disturbed; a conflict leaves the branch as it
+        was and names the conflicting files.
         """
         mirror = self.mirror_path(repo)
         tip = await self.rev_parse(mirror, f"refs/remotes/origin/{branch}")
@@ -255,6 +257,7 @@ class Workspace:
             path.parent.mkdir(parents=True, exist_ok=True)
             await self.git.run(mirror, "worktree", "add", "--quiet", "--detach", str(path), tip)
         try:
+            upstream = (await self.git.run(path, "merge-base", "HEAD", built_on)).strip()
             try:
                 await self.git.run(path, "rebase", "--quiet", "--onto", onto, upstream)
             except GitError:

@@ -158,15 +158,7 @@ class _Attempt:
         self.store.mark("dispatch", utcnow())
         log.info("%s: attempt %d (%s) claimed on %s", self.issue, attempt, self.mode.value, branch)
         # In-progress goes on before any work starts: a crash never makes it look unclaimed.
-        await set_state_label(
-            gh,
-            self.store,
-            self.services.dispatch,
-            self.settings,
-            self.issue,
-            self.settings.in_progress_label,
-            labels,
-        )
+        await self._label(gh, self.settings.in_progress_label, labels)
         await report(self.services, gh, run)
         heartbeat = asyncio.create_task(self._heartbeat())
         try:
@@ -190,15 +182,7 @@ class _Attempt:
         self.store.record_wait(self.issue, reopens_at)
         if self.mode is not RunMode.FRESH:
             # A fresh run keeps the queue label it starts from; a recovery shows it is held.
-            await set_state_label(
-                gh,
-                self.store,
-                self.services.dispatch,
-                self.settings,
-                self.issue,
-                self.settings.halted_label,
-                labels,
-            )
+            await self._label(gh, self.settings.halted_label, labels)
         await post_status(
             self.services, gh, self.issue, render.waiting_comment(account, reopens_at, utcnow())
         )
@@ -237,17 +221,16 @@ class _Attempt:
             )
         return predecessor.branch
 
+    async def _label(self, gh: GitHubClient, label: str, labels: set[str] | None = None) -> None:
+        """Make label the issue's one Baton state label (labels: what it carries, if known)."""
+        await set_state_label(
+            gh, self.store, self.services.dispatch, self.settings, self.issue, label, labels
+        )
+
     async def _refuse(self, gh: GitHubClient, reason: str, comment: str | None) -> None:
         """Start nothing: the issue is a maintainer's to act on; comment says why, if given."""
         log.warning("%s: not starting: %s", self.issue, reason)
-        await set_state_label(
-            gh,
-            self.store,
-            self.services.dispatch,
-            self.settings,
-            self.issue,
-            self.settings.escalated_label,
-        )
+        await self._label(gh, self.settings.escalated_label)
         if comment is not None:
             await post_status(self.services, gh, self.issue, comment)
 

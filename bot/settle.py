@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from bot.chainwork import link_merged
+from bot.chainwork import link_green, link_merged
 from bot.checks import Verdict, checks_verdict, failing_checks
 from bot.classify import RunFacts
 from bot.github import GitHubClient, github_app
@@ -66,11 +66,7 @@ async def settle_head(
                 services.settings.review_label,
             )
             await report(services, gh, settled, checks=checks)
-            chain = services.store.chain_of(issue)
-            if chain is not None:
-                services.dispatch.advance_chain(
-                    chain, f"green-{head_sha}"
-                )  # the next link builds on it
+            await link_green(services, gh, settled)  # what is stacked on it follows
             return settled
         names = ", ".join(check.name for check in checks) or "a check"
         facts = RunFacts(ending="checks-failed", detail=f"failing: {names}")

@@ -221,3 +221,38 @@ async def test_a_requeued_chain_refuses_a_predecessor_tip_that_is_gone(
     assert [
         run.attempt for run in store.runs(IssueRef(installation_id=1, repo=repo, number=links[1]))
     ] == [1]
+
+
+async def test_a_predecessor_that_takes_more_commits_carries_its_successors_along(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack, FILES)
+    links = await open_links(
+        maintainer,
+        repo,
+        "agent@1: write one.txt 1\nagent@2: write one.txt 1, reviewed",
+        "agent: write two.txt 2",
+    )
+    await queued_issue(maintainer, repo, "Two steps", "".join(f"- [ ] #{n}\n" for n in links))
+    first, second = [await green(store, repo, number) for number in links]
+    await maintainer.gh.post(
+        "/repos/{+repo}/pulls/{number}/reviews",
+        {"repo": repo, "number": first.pr_number},
+        data={"event": "REQUEST_CHANGES", "body": "Say it was reviewed."},
+    )
+    reviewed = await eventually(
+        lambda: _attempt(store, repo, links[0], 2, RunState.PUSHED_GREEN), "link 1 reviewed", 60
+    )
+    restacked = await eventually(
+        lambda: _restacked_on(store, repo, links[1], reviewed), "link 2 on link 1's new tip", 60
+    )
+    assert restacked.attempt == second.attempt and restacked.head_sha != second.head_sha
+    assert restacked.base_branch == first.branch
+    assert await based_on(maintainer, repo, second.pr_number or 0, first.branch)
+
+
+async def _restacked_on(store: Store, repo: str, number: int, predecessor: Run) -> Run | None:
+    run = latest_run(store, repo, number)
+    if run is None or run.state is not RunState.PUSHED_GREEN:
+        return None
+    return run if run.base_sha == predecessor.head_sha else None
