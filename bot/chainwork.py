@@ -74,10 +74,10 @@ async def queue_chain(services: Services, issue: IssueRef) -> Chain | None:
             return None
         chain = store.save_chain(chain)
         log.info("%s: chain %s of links %s", issue, chain.chain_id, chain.links)
-        if chain.tracking:
-            await set_state_label(
-                gh, store, services.dispatch, settings, issue, settings.in_progress_label, labels
-            )
+        # Taken off the queue: the chain, not a second delivery, moves it from here.
+        await set_state_label(
+            gh, store, services.dispatch, settings, issue, settings.in_progress_label, labels
+        )
         await advance(services, gh, chain, requeued=True)
         return chain
 

@@ -26,7 +26,7 @@ def configure_logging(verbose: bool = False) -> None:
 
 
 def _connected_store(settings: Settings) -> Store:
-    store = Store.from_url(settings.redis_url)
+    store = Store.from_url(settings.redis_url, settings.lock_ttl_ms)
     store.ping()
     return store
 
@@ -64,11 +64,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if unknown:
         raise CommandError(f"unknown queue(s) {sorted(unknown)}; Baton's queues are {QUEUES}")
     # Import the jobs once here, so each job's forked work horse starts with them loaded.
+    import jobs.chains
     import jobs.labels
     import jobs.run
-    import jobs.settle  # noqa: F401
+    import jobs.settle
+    import jobs.sweep  # noqa: F401
 
     dispatch = Dispatcher.from_url(settings.redis_url, settings)
+    dispatch.sweep_now()
+    dispatch.schedule_sweep()
     worker = Worker([dispatch.queues[name] for name in args.queues], connection=dispatch.connection)
     # Beside each worker, a forwarder turns accepted deliveries into jobs (bot/intake.py).
     forwarder = ForwarderProcess(args.verbose)
@@ -132,30 +136,22 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     from bot.dispatch import Dispatcher
     from bot.model import utcnow
-    from bot.recovery import resume_job
-    from bot.resume import Halt, plan_resumes
+    from bot.recovery import Services, halted_plan, resume
 
     settings = load_settings()
     store = _connected_store(settings)
     now = datetime.fromisoformat(args.now) if args.now else utcnow()
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)
-    halts = [
-        Halt(issue=issue, resume_at=resume_at, run=store.latest_run(issue))
-        for issue, resume_at in store.halts()
-    ]
-    plan = plan_resumes(halts, now, args.issues)
+    plan = halted_plan(store, now, args.issues)
     unknown = sorted(set(args.issues) - {str(h.issue) for h in plan.due})
-    dispatch = Dispatcher.from_url(settings.redis_url, settings)
-    for halt in plan.stale:
-        store.clear_halt(halt.issue)
+    services = Services(settings, store, Dispatcher.from_url(settings.redis_url, settings))
     for halt in plan.due:
         assert halt.run is not None
-        job = resume_job(settings, halt.issue, halt.run.attempt)
         if args.dry_run:
             verb = "would resume"
         else:
-            verb = "resumed" if dispatch.enqueue_unless_pending(job) else "already resuming"
+            verb = "resumed" if resume(services, halt) else "already resuming"
         print(
             f"{verb} {halt.issue} (halted attempt {halt.run.attempt}, "
             f"due {halt.resume_at:%Y-%m-%d %H:%M} UTC)"
@@ -169,6 +165,25 @@ def cmd_resume(args: argparse.Namespace) -> int:
     for name in unknown:
         print(f"{name} is not halted", file=sys.stderr)
     return 2 if unknown else 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Run one pass of the reconcile sweep now (workers also run it every few minutes)."""
+    import asyncio
+
+    from bot.dispatch import Dispatcher
+    from bot.recovery import Services
+    from bot.sweep import sweep
+
+    settings = load_settings()
+    store = _connected_store(settings)
+    services = Services(settings, store, Dispatcher.from_url(settings.redis_url, settings))
+    report = asyncio.run(sweep(services))
+    if report is None:
+        print(f"skipped: {store.sweep_lease_holder() or 'another sweep'} is sweeping now")
+    else:
+        print(f"swept: {report.summary()}")
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -215,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     resume.add_argument("--dry-run", action="store_true", help="say what would resume, do nothing")
     resume.add_argument("--now", default=None, help="judge what is due as of this ISO 8601 time")
+    add("sweep", cmd_sweep)
     demo = add("demo", cmd_demo)
     demo.add_argument("--keep", action="store_true", help="leave the processes running at the end")
     demo.add_argument("--workdir", type=Path, default=None, help="where to keep the demo's files")

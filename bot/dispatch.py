@@ -23,6 +23,7 @@ MAINTENANCE = "baton-maintenance"
 QUEUES = (EVENTS, MAINTENANCE, AGENTS)  # the order a worker on all of them takes work in
 
 SETTLE_TIMEOUT_S = 120
+SWEEP_TIMEOUT_S = 600
 RESULT_TTL_S = 24 * 3600
 FAILURE_TTL_S = 14 * 24 * 3600
 _NOT_IN_JOB_ID = re.compile(r"[^A-Za-z0-9_-]+")
@@ -151,6 +152,18 @@ def advance_chain_job(chain: Chain, because: str) -> JobSpec:
     )
 
 
+def sweep_job(key: str) -> JobSpec:
+    """Return one pass of the reconcile sweep (bot/sweep.py)."""
+    return JobSpec(
+        queue=MAINTENANCE,
+        func="jobs.sweep.sweep",
+        args=(),
+        job_id=job_id("sweep", key),
+        timeout_s=SWEEP_TIMEOUT_S,
+        description=f"sweep {key}",
+    )
+
+
 def sync_labels_job(issue: IssueRef) -> JobSpec:
     """Return the job that applies the issue's recorded Baton label, retrying for minutes."""
     return JobSpec(
@@ -243,6 +256,16 @@ class Dispatcher:
     def advance_chain(self, chain: Chain, because: str) -> None:
         """Enqueue a look at what the chain does next, after what changed."""
         self.enqueue([advance_chain_job(chain, because)])
+
+    def sweep_now(self) -> None:
+        """Enqueue a sweep now (a worker starting: whatever happened while none ran)."""
+        self.enqueue([sweep_job(f"now-{int(datetime.now(UTC).timestamp())}")])
+
+    def schedule_sweep(self) -> None:
+        """Schedule the next periodic sweep; every worker asking for it schedules one job."""
+        interval = self.settings.sweep_interval_seconds
+        slot = (int(datetime.now(UTC).timestamp() / interval) + 1) * interval
+        self.enqueue_at(sweep_job(f"at-{int(slot)}"), datetime.fromtimestamp(slot, UTC))
 
     def sync_labels(self, issue: IssueRef) -> None:
         """Enqueue applying the issue's recorded Baton label, with retries."""

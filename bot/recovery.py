@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from gidgethub import HTTPException
 
@@ -22,6 +22,7 @@ from bot.github import GitHubClient
 from bot.labels import set_state_label
 from bot.model import IssueRef, Policy, Recovery, Run, RunState, utcnow
 from bot.render import CheckSummary
+from bot.resume import Halt, ResumePlan, plan_resumes
 from bot.settings import Settings
 from bot.store import Store
 from bot.tracker import label_names, post_comment, read_issue, upsert_comment
@@ -200,6 +201,28 @@ def resume_job(settings: Settings, issue: IssueRef, halted_attempt: int) -> JobS
     return run_issue_job(
         settings, issue, f"after-{halted_attempt}", RunMode.CONTINUE, halted_attempt
     )
+
+
+def halted_plan(store: Store, now: datetime, only: Sequence[str] = ()) -> ResumePlan:
+    """Return which halted issues are due at now (or only those named).
+
+    A halt whose issue moved on since is dropped from the index.
+    """
+    halts = [
+        Halt(issue=issue, resume_at=resume_at, run=store.latest_run(issue))
+        for issue, resume_at in store.halts()
+    ]
+    plan = plan_resumes(halts, now, only)
+    for halt in plan.stale:
+        store.clear_halt(halt.issue)
+    return plan
+
+
+def resume(services: Services, halt: Halt) -> bool:
+    """Enqueue a due halt's re-entry; False when it is already queued or running."""
+    assert halt.run is not None
+    job = resume_job(services.settings, halt.issue, halt.run.attempt)
+    return services.dispatch.enqueue_unless_pending(job)
 
 
 async def _halt(services: Services, gh: GitHubClient, run: Run) -> None:

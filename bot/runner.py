@@ -23,7 +23,7 @@ from bot.labels import set_state_label
 from bot.model import AgentResult, IssueRef, Run, RunState, utcnow
 from bot.recovery import Services, conclude, post_status, report
 from bot.render import Continuation, ReviewComment, ReviewSummary
-from bot.store import LOCK_TTL_MS, Claim, LockLost
+from bot.store import Claim, LockLost
 from bot.tracker import (
     label_names,
     load_repo_config,
@@ -35,7 +35,6 @@ from bot.tracker import (
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = LOCK_TTL_MS / 1000 / 3
 CLAIM_RETRY_S = 30.0
 STOP_POLL_S = 1.0
 
@@ -505,7 +504,7 @@ class _Attempt:
 
     async def _heartbeat(self) -> None:
         while True:
-            await asyncio.sleep(HEARTBEAT_S)
+            await asyncio.sleep(self.store.lock_ttl_ms / 1000 / 3)  # three beats per lease
             if not self.store.heartbeat(self.claim):
                 log.error("%s: heartbeat found the lock lost", self.issue)
                 return

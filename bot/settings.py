@@ -75,6 +75,19 @@ class Settings(BaseSettings):
         description="Halt at a provider's usage window and resume when it reopens; "
         "false escalates instead.",
     )
+    lock_ttl_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        validation_alias="BATON_LOCK_TTL_SECONDS",
+        description="How long an issue's claim outlives its worker's last heartbeat; a run "
+        "whose worker died is found orphaned by the next sweep after that.",
+    )
+    sweep_interval_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        validation_alias="BATON_SWEEP_INTERVAL_SECONDS",
+        description="How often the reconcile sweep runs (and once when a worker starts).",
+    )
     backoff_base_seconds: float = Field(
         default=60.0, gt=0, validation_alias="BATON_BACKOFF_BASE_SECONDS"
     )
@@ -204,6 +217,11 @@ class Settings(BaseSettings):
             account=self.agent_account or self.agent,
             escalation_mentions=tuple(self.escalation_mentions),
         )
+
+    @property
+    def lock_ttl_ms(self) -> int:
+        """Return the claim's lifetime without a heartbeat, in milliseconds."""
+        return int(self.lock_ttl_seconds * 1000)
 
     @property
     def agent_wall_clock_seconds(self) -> float:

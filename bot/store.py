@@ -16,12 +16,12 @@ import redis
 import redis.asyncio
 from redis.exceptions import NoScriptError, WatchError
 
-from bot.model import Chain, IssueRef, Run
+from bot.model import Chain, IssueRef, Run, RunState
 
 _PREFIX = "baton"
 DELIVERY_TTL_S = 7 * 24 * 3600  # GitHub lets a delivery be redelivered for days, not weeks
 RUN_TTL_S = 90 * 24 * 3600
-LOCK_TTL_MS = 60_000  # a claim lives this long without a heartbeat
+LOCK_TTL_MS = 60_000  # by default a claim lives this long without a heartbeat
 COMMENT_LOCK_TTL_MS = 15_000
 COMMENT_LOCK_WAIT_S = 20.0
 CHAIN_LOCK_TTL_MS = 300_000  # restacking a chain's branches: a few fetches and pushes
@@ -115,6 +115,11 @@ class Claim:
         return int(self.token.split(".", 1)[0])
 
 
+_IN_FLIGHT = frozenset(
+    {RunState.CLAIMED, RunState.PROVISIONING, RunState.RUNNING, RunState.PUSHED_PENDING}
+)
+
+
 def _issue_key(issue: IssueRef, *parts: str) -> str:
     return ":".join((_PREFIX, "issue", issue.repo, str(issue.number), *parts))
 
@@ -141,17 +146,19 @@ def _run_key(issue: IssueRef, attempt: int) -> str:
 class Store:
     """Typed access to Baton's Redis state."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, lock_ttl_ms: int = LOCK_TTL_MS) -> None:
         self.redis = client
+        self.lock_ttl_ms = lock_ttl_ms
         self._claim = client.register_script(_CLAIM)
         self._heartbeat = client.register_script(_HEARTBEAT)
         self._release = client.register_script(_RELEASE)
         self._close_window = client.register_script(_CLOSE_WINDOW)
 
     @classmethod
-    def from_url(cls, url: str) -> Store:
+    def from_url(cls, url: str, lock_ttl_ms: int = LOCK_TTL_MS) -> Store:
         """Connect to the Redis at url (lazily: the first command connects)."""
-        return cls(redis.Redis.from_url(url, decode_responses=True, health_check_interval=30))
+        client = redis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
+        return cls(client, lock_ttl_ms)
 
     def ping(self) -> None:
         """Check Redis answers, raising one clear StoreError if it does not."""
@@ -234,14 +241,16 @@ class Store:
         """Take the issue's lock; None if someone else holds it."""
         token = self._claim(
             keys=[_issue_key(issue, "lock"), _issue_key(issue, "fence")],
-            args=[secrets.token_hex(8), LOCK_TTL_MS],
+            args=[secrets.token_hex(8), self.lock_ttl_ms],
         )
         return Claim(issue=issue, token=str(token)) if token else None
 
     def heartbeat(self, claim: Claim) -> bool:
         """Extend the claim's life; False if it was lost (expired or taken)."""
         return bool(
-            self._heartbeat(keys=[_issue_key(claim.issue, "lock")], args=[claim.token, LOCK_TTL_MS])
+            self._heartbeat(
+                keys=[_issue_key(claim.issue, "lock")], args=[claim.token, self.lock_ttl_ms]
+            )
         )
 
     def release(self, claim: Claim) -> None:
@@ -349,6 +358,30 @@ class Store:
         if run.pr_number is not None:
             # The newest attempt on a PR wins: that is the run a review or merge concerns.
             pipe.set(f"{_PREFIX}:pull:{issue.repo}:{run.pr_number}", where, ex=RUN_TTL_S)
+        # What the sweep checks: runs a worker holds, and pushes waiting for their checks.
+        if run.state in _IN_FLIGHT:
+            pipe.zadd(f"{_PREFIX}:in-flight", {_halt_member(issue): run.started_at.timestamp()})
+        else:
+            pipe.zrem(f"{_PREFIX}:in-flight", _halt_member(issue))
+
+    def in_flight(self) -> list[IssueRef]:
+        """Return the issues whose latest run is live or waiting for its checks."""
+        return [issue for issue, _ in self._indexed(f"{_PREFIX}:in-flight")]
+
+    # The sweep ------------------------------------------------------------
+
+    def take_sweep_lease(self, holder: str, ttl_ms: int) -> bool:
+        """Become the one sweep running now; False while another holds the lease."""
+        return bool(self.redis.set(f"{_PREFIX}:sweep-lease", holder, nx=True, px=ttl_ms))
+
+    def sweep_lease_holder(self) -> str | None:
+        """Return who holds the sweep lease, if anyone."""
+        value = self.redis.get(f"{_PREFIX}:sweep-lease")
+        return None if value is None else _text(value)
+
+    def release_sweep_lease(self, holder: str) -> None:
+        """Give the sweep lease back, if this holder still has it."""
+        self._release(keys=[f"{_PREFIX}:sweep-lease"], args=[holder])
 
     # Comments ------------------------------------------------------------
 

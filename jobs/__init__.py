@@ -16,6 +16,6 @@ def services() -> Services:
     settings = load_settings()
     return Services(
         settings=settings,
-        store=Store.from_url(settings.redis_url),
+        store=Store.from_url(settings.redis_url, settings.lock_ttl_ms),
         dispatch=Dispatcher.from_url(settings.redis_url, settings),
     )

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from bot import store as store_module
 from bot.model import IssueRef, Run, RunState, utcnow
 from bot.store import LockLost, Store
 
@@ -54,10 +53,8 @@ def test_release_lets_the_next_claim_in_with_a_larger_fence(store: Store) -> Non
     assert second is not None and second.fence > first.fence
 
 
-def test_a_stale_claim_cannot_release_or_write_over_its_successor(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(store_module, "LOCK_TTL_MS", 100)
+def test_a_stale_claim_cannot_release_or_write_over_its_successor(store: Store) -> None:
+    store.lock_ttl_ms = 100
     stale = store.claim(ISSUE)
     assert stale is not None
     time.sleep(0.2)  # the stalled holder's lock expires

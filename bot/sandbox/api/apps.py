@@ -112,6 +112,31 @@ async def create_access_token(request: web.Request) -> web.Response:
     return json_response(data, status=201)
 
 
+@routes.get("/installation/repositories")
+async def list_installation_repositories(request: web.Request) -> web.Response:
+    """List the repositories an installation token can reach."""
+    hub = hub_of(request)
+    actor = actor_of(request)
+    if actor is None or actor.kind != "installation" or actor.installation_id is None:
+        raise bad_credentials()
+    inst = or_not_found(
+        next((i for i in hub.state.installations if i.id == actor.installation_id), None)
+    )
+    repos = [
+        r
+        for r in hub.state.repos
+        if r.owner == inst.account
+        and (actor.repository_ids is None or r.id in actor.repository_ids)
+    ]
+    page, headers = paginate(request, hub.public_url, repos)
+    body: Json = {
+        "total_count": len(repos),
+        "repository_selection": "all" if actor.repository_ids is None else "selected",
+        "repositories": [hub.render.repo(r, webhook=True) for r in page],
+    }
+    return json_response(body, headers=headers)
+
+
 @routes.get("/repos/{owner}/{repo}/installation")
 async def get_repo_installation(request: web.Request) -> web.Response:
     """Find the App's installation covering a repository."""

@@ -1,0 +1,171 @@
+"""The reconcile sweep: make Baton converge on whatever a crash or a lost webhook left behind.
+
+It runs every few minutes and when a worker starts. Each pass, under a lease so
+that two never overlap:
+
+- a live run whose lock is gone (its worker died) is concluded as orphaned, and
+  its recovery (a continuation that inherits the branch and PR, or an escalation)
+  goes ahead as for any other ending;
+- a pushed run still waiting for its checks is settled by asking the API, in case
+  the check webhook never came;
+- halted issues whose window has reopened are resumed (a lost re-entry);
+- an open issue carrying the queue label that nothing is working on (a missed
+  `labeled` webhook) is picked up;
+- Baton's labels on issues in flight that drifted from their recorded state are
+  corrected (an issue a maintainer took every Baton label off is left alone).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from bot.chains import names_a_chain
+from bot.classify import RunFacts
+from bot.dispatch import queue_chain_job, run_issue_job
+from bot.github import GitHubApp, GitHubClient, github_app
+from bot.labels import sync_labels
+from bot.model import IssueRef, Run, RunState, utcnow
+from bot.recovery import Services, conclude, halted_plan, resume
+from bot.tracker import label_names, read_issue
+
+log = logging.getLogger(__name__)
+
+LEASE_MS = 10 * 60 * 1000  # far above a pass; a sweeper that died frees it by then
+SWEEP_KEY = "sweep"
+
+
+@dataclass
+class SweepReport:
+    """What one pass found and did."""
+
+    orphaned: list[str] = field(default_factory=list)
+    settled: list[str] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
+    picked_up: list[str] = field(default_factory=list)
+    relabelled: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """Return one line for the log."""
+        parts = [f"{name} {', '.join(items)}" for name, items in vars(self).items() if items]
+        return "; ".join(parts) or "nothing to do"
+
+
+async def sweep(services: Services, now: datetime | None = None) -> SweepReport | None:
+    """Run one pass; None when another sweep holds the lease (it is said in the log)."""
+    store = services.store
+    holder = f"{socket.gethostname()}-{os.getpid()}"
+    if not store.take_sweep_lease(holder, LEASE_MS):
+        log.info("sweep skipped: %s is sweeping now", store.sweep_lease_holder())
+        return None
+    try:
+        report = SweepReport()
+        async with github_app(services.settings, store) as app:
+            await _in_flight(services, app, report)
+            for halt in halted_plan(store, now or utcnow()).due:
+                if resume(services, halt):
+                    report.resumed.append(str(halt.issue))
+            await _queued_but_idle(services, app, report)
+        store.mark("sweep", utcnow())
+        log.info("sweep: %s", report.summary())
+        return report
+    finally:
+        store.release_sweep_lease(holder)
+
+
+async def _in_flight(services: Services, app: GitHubApp, report: SweepReport) -> None:
+    store, dispatch = services.store, services.dispatch
+    for issue in store.in_flight():
+        run = store.latest_run(issue)
+        if run is None:
+            continue
+        gh = await app.for_installation(issue.installation_id)
+        if run.state.is_live and store.lock_holder(issue) is None:
+            if await _orphaned(services, gh, run):
+                report.orphaned.append(str(issue))
+            continue
+        if run.state is RunState.PUSHED_PENDING and run.head_sha is not None:
+            dispatch.settle_head(issue.installation_id, issue.repo, run.head_sha)
+            report.settled.append(str(issue))
+        if await _relabel(services, gh, issue):
+            report.relabelled.append(str(issue))
+
+
+async def _relabel(services: Services, gh: GitHubClient, issue: IssueRef) -> bool:
+    """Correct Baton's labels on an issue whose labels drifted from its recorded state.
+
+    An issue that carries none of Baton's labels was withdrawn by a maintainer:
+    it is left as it is, never labelled back into the queue.
+    """
+    settings, store = services.settings, services.store
+    live = label_names(await read_issue(gh, issue))
+    ours = live & settings.state_labels
+    desired = store.desired_label(issue)
+    if not ours or ours == ({desired} if desired else set()):
+        return False
+    await sync_labels(gh, store, settings, issue, live)
+    return True
+
+
+async def _orphaned(services: Services, gh: GitHubClient, run: Run) -> bool:
+    """Conclude a live run whose worker died; False if someone concluded it first."""
+    reason = "the worker running it stopped without finishing it"
+
+    def orphan(current: Run) -> Run | None:
+        if not current.state.is_live:
+            return None
+        return current.moved(RunState.FAILED, utcnow(), note="orphaned").model_copy(
+            update={"reason": reason}
+        )
+
+    orphaned = services.store.update_run(run.issue, run.attempt, orphan)
+    if orphaned is None:
+        return False
+    log.warning("%s: attempt %d was orphaned: %s", run.issue, run.attempt, reason)
+    # Work it pushed (its head) survives on the branch; a continuation builds on it.
+    facts = RunFacts(ending="orphaned", new_commits=1 if orphaned.head_sha else 0, detail=reason)
+    await conclude(services, gh, orphaned, facts)
+    return True
+
+
+async def _queued_but_idle(services: Services, app: GitHubApp, report: SweepReport) -> None:
+    """Pick up open issues that carry the queue label while nothing works on them."""
+    settings = services.settings
+    async for installation in app.app_client().getiter("/app/installations"):
+        installation_id = int(installation["id"])
+        gh = await app.for_installation(installation_id)
+        async for repo in gh.getiter("/installation/repositories", iterable_key="repositories"):
+            url_vars = {"repo": repo["full_name"], "label": settings.queue_label}
+            async for data in gh.getiter(
+                "/repos/{+repo}/issues?state=open&labels={label}", url_vars
+            ):
+                if "pull_request" in data:
+                    continue
+                issue = IssueRef(
+                    installation_id=installation_id,
+                    repo=str(repo["full_name"]),
+                    number=int(data["number"]),
+                )
+                if _idle(services, issue):
+                    body = data.get("body")
+                    job = (
+                        queue_chain_job(issue, SWEEP_KEY)
+                        if names_a_chain(body, issue.repo)
+                        else run_issue_job(settings, issue, SWEEP_KEY)
+                    )
+                    services.dispatch.enqueue([job])
+                    report.picked_up.append(str(issue))
+
+
+def _idle(services: Services, issue: IssueRef) -> bool:
+    """Return whether nothing holds, runs or waits on this queued issue."""
+    store = services.store
+    if store.lock_holder(issue) is not None:
+        return False
+    if issue in {waiting for waiting, _ in store.waits()}:
+        return False
+    run = store.latest_run(issue)
+    return run is None or not (run.state.is_live or run.state is RunState.PUSHED_PENDING)

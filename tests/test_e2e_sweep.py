@@ -1,0 +1,249 @@
+"""The reconcile sweep through real processes: lost webhooks, a killed worker, two sweeps."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+import redis
+from rq import Worker
+
+from bot.devstack import LocalBaton, Process
+from bot.dispatch import job_id
+from bot.model import IssueRef, Run, RunState
+from bot.sandbox.maintainer import Maintainer, eventually
+from bot.store import Store
+from tests.conftest import RedisServer
+from tests.test_e2e import (
+    GREETING_FIX,
+    _labels_are,
+    latest_run,
+    new_repo,
+    queued_issue,
+    run_state,
+    started,
+)
+
+
+@pytest.fixture(scope="module")
+def stack(
+    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalBaton]:
+    # Its own Redis database, and a short lease, so a dead worker's claim expires quickly.
+    url = redis_server.url.rsplit("/", 1)[0] + "/2"
+    redis.Redis.from_url(url).flushdb()
+    baton = started(
+        url,
+        tmp_path_factory.mktemp("sweep"),
+        BATON_LOCK_TTL_SECONDS="2",
+        BATON_MAX_CONTINUATIONS="3",
+    )
+    yield baton
+    baton.stop()
+
+
+@pytest.fixture
+async def maintainer(stack: LocalBaton) -> AsyncIterator[Maintainer]:
+    async with aiohttp.ClientSession() as session:
+        yield Maintainer(session, stack.sandbox_url, stack.admin_token)
+
+
+@pytest.fixture
+def store(stack: LocalBaton) -> Store:
+    return Store.from_url(stack.redis_url)
+
+
+def sweep(stack: LocalBaton) -> str:
+    """Run `baton sweep` as an operator would; return what it printed."""
+    result = subprocess.run(
+        [sys.executable, "-m", "bot", "sweep"],
+        env=stack.baton_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+async def sweep_until(stack: LocalBaton, words: str) -> str:
+    async def swept() -> str | None:
+        printed = await asyncio.to_thread(sweep, stack)
+        return printed if words in printed else None
+
+    return await eventually(swept, f"a sweep reporting {words!r}", 30)
+
+
+async def test_two_sweeps_never_run_at_once(stack: LocalBaton, store: Store) -> None:
+    # The workers' own start-up sweeps may be running: wait for the lease, as a sweep would.
+    await eventually(
+        lambda: asyncio.to_thread(store.take_sweep_lease, "another-worker-1234", 60_000),
+        "the sweep lease",
+    )
+    try:
+        assert "skipped: another-worker-1234 is sweeping now" in sweep(stack)
+    finally:
+        store.release_sweep_lease("another-worker-1234")
+    assert "swept:" in sweep(stack)
+
+
+async def test_a_missed_labeled_webhook_is_picked_up_by_the_sweep(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack)
+    await maintainer.set_webhook_url(None)  # GitHub cannot reach Baton for a while
+    try:
+        number = await queued_issue(maintainer, repo, "Labelled in an outage", GREETING_FIX)
+        await asyncio.to_thread(sweep, stack)
+        await eventually(
+            lambda: asyncio.to_thread(latest_run, store, repo, number), "the sweep picking it up"
+        )
+    finally:
+        await maintainer.set_webhook_url(f"{stack.web_url}/webhook")
+    await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the picked-up run", 60
+    )
+
+
+SLOW_CI = {
+    "README.md": "# slow\n",
+    "greeting.txt": "hi\n",
+    ".sandbox/ci": "#!/bin/sh\nsleep 2\ngrep -q hello greeting.txt\n",
+}
+
+
+async def test_a_missed_check_suite_is_settled_by_the_sweep(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack, SLOW_CI)
+    number = await queued_issue(maintainer, repo, "Checks in an outage", GREETING_FIX)
+    await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_PENDING), "the push", 60
+    )
+    await maintainer.set_webhook_url(None)
+    try:
+        await eventually(
+            lambda: _check_suite_lost(maintainer, repo), "the check_suite webhook lost", 30
+        )
+        assert await run_state(store, repo, number, RunState.PUSHED_PENDING) is not None
+        await sweep_until(stack, "settled")
+        await eventually(
+            lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the sweep settling"
+        )
+    finally:
+        await maintainer.set_webhook_url(f"{stack.web_url}/webhook")
+
+
+async def _check_suite_lost(maintainer: Maintainer, repo: str) -> bool:
+    repository = await maintainer.gh.getitem("/repos/{+repo}", {"repo": repo})
+    url = "/_sandbox/deliveries?event=check_suite&action=completed"
+    return any(
+        d["repository_id"] == repository["id"] and str(d["status"]).startswith("not delivered")
+        for d in await maintainer.gh.getitem(url)
+    )
+
+
+def worker_running(stack: LocalBaton, issue: IssueRef) -> Process | None:
+    """Return the live `baton worker` process whose work horse runs the issue's agent."""
+    prefix = job_id("run", issue.repo, issue.number) + "-"
+    live = {p.popen.pid: p for p in stack.processes.values() if p.alive()}
+    for worker in Worker.all(connection=redis.Redis.from_url(stack.redis_url)):
+        current = worker.get_current_job_id()
+        if current and current.startswith(prefix) and worker.pid in live:
+            return live[worker.pid]
+    return None
+
+
+async def killed_mid_run(
+    stack: LocalBaton, store: Store, repo: str, number: int, attempt: int
+) -> Process:
+    """SIGKILL the worker (and its work horse) while the given attempt's agent runs."""
+    issue = IssueRef(installation_id=1, repo=repo, number=number)
+    await eventually(
+        lambda: _attempt(store, issue, attempt, RunState.RUNNING), f"attempt {attempt} running", 60
+    )
+    process = await eventually(
+        lambda: asyncio.to_thread(worker_running, stack, issue), "the worker running it"
+    )
+    # As if the machine died: the worker, its work horse (a session of its own) and the agent.
+    doomed = descendants(process.popen.pid)
+    process.stop(signal.SIGKILL)
+    for pid in doomed:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return process
+
+
+def descendants(pid: int) -> list[int]:
+    """Return every process below pid, from /proc."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, frontier = [], [pid]
+    while frontier:
+        children = parents.get(frontier.pop(), [])
+        found += children
+        frontier += children
+    return found
+
+
+async def _attempt(store: Store, issue: IssueRef, attempt: int, state: RunState) -> Run | None:
+    run = store.run(issue, attempt)
+    return run if run is not None and run.state is state else None
+
+
+async def test_a_killed_workers_run_is_continued_on_another_worker_with_the_same_pr(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack)
+    number = await queued_issue(
+        maintainer,
+        repo,
+        "Outlive a dead worker",
+        "agent@1: write greeting.txt goodbye\nagent@2: sleep 60\nagent@3: write greeting.txt hello",
+    )
+    issue = IssueRef(installation_id=1, repo=repo, number=number)
+    killed = await killed_mid_run(stack, store, repo, number, 2)
+    try:
+        await sweep_until(stack, "orphaned")
+        done = await eventually(
+            lambda: _attempt(store, issue, 3, RunState.PUSHED_GREEN), "the continuation", 60
+        )
+    finally:
+        stack.start_worker(killed.name)  # the module's other tests keep two workers
+    first, orphaned = store.run(issue, 1), store.run(issue, 2)
+    assert first is not None and orphaned is not None
+    assert orphaned.failure_class == "orphan-clean" and orphaned.state is RunState.FAILED
+    assert done.continuation_of == 2 and done.pr_number == first.pr_number
+
+
+async def test_an_orphan_a_maintainer_withdrew_is_not_requeued(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack)
+    number = await queued_issue(maintainer, repo, "Withdrawn while dying", "agent: sleep 60")
+    killed = await killed_mid_run(stack, store, repo, number, 1)
+    await eventually(
+        lambda: _labels_are(maintainer, repo, number, {"baton:in-progress"}), "in progress"
+    )
+    try:
+        for label in await maintainer.labels(repo, number):
+            await maintainer.remove_label(repo, number, label)
+        await sweep_until(stack, "orphaned")
+    finally:
+        stack.start_worker(killed.name)
+    await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels released")
+    await asyncio.sleep(1)
+    runs = store.runs(IssueRef(installation_id=1, repo=repo, number=number))
+    assert [run.attempt for run in runs] == [1]
