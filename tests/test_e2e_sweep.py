@@ -8,10 +8,9 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 import redis
 from rq import Worker
@@ -22,15 +21,19 @@ from bot.model import IssueRef, Run, RunState
 from bot.sandbox.maintainer import Maintainer, eventually
 from bot.store import Store
 from tests.conftest import RedisServer
-from tests.test_e2e import (
+from tests.test_e2e import (  # maintainer and store act on this module's own stack
     GREETING_FIX,
     _labels_are,
     latest_run,
+    maintainer,
     new_repo,
     queued_issue,
     run_state,
     started,
+    store,
 )
+
+__all__ = ["maintainer", "store"]  # fixtures this module uses
 
 
 @pytest.fixture(scope="module")
@@ -48,17 +51,6 @@ def stack(
     )
     yield baton
     baton.stop()
-
-
-@pytest.fixture
-async def maintainer(stack: LocalBaton) -> AsyncIterator[Maintainer]:
-    async with aiohttp.ClientSession() as session:
-        yield Maintainer(session, stack.sandbox_url, stack.admin_token)
-
-
-@pytest.fixture
-def store(stack: LocalBaton) -> Store:
-    return Store.from_url(stack.redis_url)
 
 
 def sweep(stack: LocalBaton) -> str:
