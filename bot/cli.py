@@ -68,6 +68,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import jobs.labels
     import jobs.run
     import jobs.settle
+    import jobs.steering
     import jobs.sweep  # noqa: F401
 
     dispatch = Dispatcher.from_url(settings.redis_url, settings)

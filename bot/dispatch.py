@@ -152,6 +152,18 @@ def advance_chain_job(chain: Chain, because: str) -> JobSpec:
     )
 
 
+def command_job(issue: IssueRef, comment_id: int) -> JobSpec:
+    """Return the job that carries out the `/baton` command in a comment on an issue or PR."""
+    return JobSpec(
+        queue=EVENTS,
+        func="jobs.steering.handle_command",
+        args=(issue.installation_id, issue.repo, issue.number, comment_id),
+        job_id=job_id("command", issue.repo, comment_id),
+        timeout_s=SETTLE_TIMEOUT_S,
+        description=f"command in {issue} comment {comment_id}",
+    )
+
+
 def sweep_job(key: str) -> JobSpec:
     """Return one pass of the reconcile sweep (bot/sweep.py)."""
     return JobSpec(

@@ -20,7 +20,7 @@ from bot.dispatch import Dispatcher, JobSpec, RunMode, run_issue_job
 from bot.git import Git, Identity, Workspace
 from bot.github import GitHubClient
 from bot.labels import set_state_label
-from bot.model import IssueRef, Policy, Recovery, Run, RunState, utcnow
+from bot.model import IssueRef, Limits, Policy, Recovery, Run, RunState, utcnow
 from bot.render import CheckSummary
 from bot.resume import Halt, ResumePlan, plan_resumes
 from bot.settings import Settings
@@ -144,7 +144,7 @@ async def conclude(
         log.info("%s: attempt %d was classified already", run.issue, run.attempt)
         return None
     decision = decide(
-        classification, spend(services.store.runs(run.issue)), policy_of(services, done).limits
+        classification, spend(services.store.runs(run.issue)), limits_of(services, done)
     )
     log.info(
         "%s: attempt %d is %s → %s (%s)",
@@ -189,6 +189,15 @@ async def _perform(
         await _halt(services, gh, run)
     else:
         await escalate(services, gh, run, decision.reason, checks)
+
+
+def limits_of(services: Services, run: Run) -> Limits:
+    """Return the issue's budgets: the run's policy, with what maintainers added since."""
+    limits = policy_of(services, run).limits
+    extra = services.store.extra_continuations(run.issue)
+    if not extra:
+        return limits
+    return limits.model_copy(update={"max_continuations": limits.max_continuations + extra})
 
 
 def policy_of(services: Services, run: Run) -> Policy:
@@ -259,7 +268,7 @@ async def _halt(services: Services, gh: GitHubClient, run: Run) -> None:
 
 def _dispatch_next(services: Services, run: Run, action: Recovery) -> str:
     settings, issue = services.settings, run.issue
-    limits = policy_of(services, run).limits
+    limits = limits_of(services, run)
     if action in (Recovery.CONTINUE, Recovery.REQUEUE):
         job = run_issue_job(settings, issue, f"after-{run.attempt}", RunMode.CONTINUE, run.attempt)
         services.dispatch.enqueue([job])
@@ -295,10 +304,8 @@ async def escalate(
         return
     runs = store.runs(issue)
     work = next((r for r in reversed(runs) if r.head_sha is not None), None)
-    policy = policy_of(services, run)
-    body = render.escalation_comment(
-        reason, spend(runs), policy.limits, work, list(policy.escalation_mentions)
-    )
+    mentions = list(policy_of(services, run).escalation_mentions)
+    body = render.escalation_comment(reason, spend(runs), limits_of(services, run), work, mentions)
     try:
         await post_comment(gh, issue, body)
     except HTTPException:

@@ -26,6 +26,7 @@ COMMENT_LOCK_TTL_MS = 15_000
 COMMENT_LOCK_WAIT_S = 20.0
 CHAIN_LOCK_TTL_MS = 300_000  # restacking a chain's branches: a few fetches and pushes
 RECENT_RUNS = 200
+ROLE_TTL_S = 60
 INTAKE_STREAM = f"{_PREFIX}:intake"
 INTAKE_GROUP = "forwarders"
 INTAKE_MAXLEN = 1_000_000  # a bound far above any backlog a live forwarder leaves
@@ -504,6 +505,31 @@ class Store:
             if raw is not None:
                 found.append(Chain.model_validate_json(raw))
         return found
+
+    # Comment commands -----------------------------------------------------
+
+    def first_command(self, repo: str, comment_id: int) -> bool:
+        """Record that a command comment was handled; False if it was before (a redelivery)."""
+        key = f"{_PREFIX}:command:{repo}:{comment_id}"
+        return bool(self.redis.set(key, "1", nx=True, ex=RUN_TTL_S))
+
+    def cached_role(self, repo: str, login: str) -> str | None:
+        """Return a collaborator's role on the repository, if it was looked up lately."""
+        value = self.redis.get(f"{_PREFIX}:role:{repo}:{login}")
+        return None if value is None else _text(value)
+
+    def cache_role(self, repo: str, login: str, role: str) -> None:
+        """Keep a collaborator's role briefly: a revoked permission must take effect soon."""
+        self.redis.set(f"{_PREFIX}:role:{repo}:{login}", role, ex=ROLE_TTL_S)
+
+    def raise_budget(self, issue: IssueRef, continuations: int) -> int:
+        """Give the issue more continuations than its policy; return how many extra in all."""
+        return int(self.redis.incrby(_issue_key(issue, "extra-continuations"), continuations))
+
+    def extra_continuations(self, issue: IssueRef) -> int:
+        """Return the continuations maintainers added to the issue's budget."""
+        value = self.redis.get(_issue_key(issue, "extra-continuations"))
+        return int(value) if value is not None else 0
 
     # Repository configuration ------------------------------------------
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from gidgethub.routing import Router
 
-from handlers import checks, issues, pulls
+from handlers import checks, comments, issues, pulls
 from handlers.context import HandlerContext
 
 __all__ = ["HandlerContext", "router"]
 
-router = Router(issues.router, checks.router, pulls.router)
+router = Router(issues.router, checks.router, pulls.router, comments.router)

@@ -772,3 +772,51 @@ async def test_a_halt_survives_stopping_every_process_and_redis(tmp_path: Path) 
     finally:
         rebooted.stop()
         redis_process.stop()
+
+
+async def _reacted(maintainer: Maintainer, repo: str, comment_id: int) -> list[str] | None:
+    return await maintainer.reactions(repo, comment_id) or None
+
+
+async def test_maintainers_steer_baton_from_comments_and_others_cannot(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack)
+    await maintainer.grant(repo, "octo-writer", "write")
+    await maintainer.grant(repo, "octo-reader", "read")
+    number = await queued_issue(
+        maintainer,
+        repo,
+        "Steered by comments",
+        "agent@1: sleep 30\nagent@2: write greeting.txt hello",
+    )
+    issue = IssueRef(installation_id=1, repo=repo, number=number)
+    await eventually(lambda: run_state(store, repo, number, RunState.RUNNING), "the run", 30)
+
+    async def command(body: str, author: str) -> list[str]:
+        posted = await maintainer.comment(repo, number, body, as_user=author)
+        return await eventually(
+            lambda: _reacted(maintainer, repo, int(posted["id"])), f"{body!r} acknowledged"
+        )
+
+    # A reader is refused, whatever the command; nothing changes.
+    for body in ("/baton stop", "/baton budget +5", "/baton retry", "/baton status"):
+        assert await command(body, "octo-reader") == ["confused"]
+    assert store.extra_continuations(issue) == 0
+    assert (await run_state(store, repo, number, RunState.RUNNING)) is not None
+    # A writer stops the live run: the work is kept, nothing else starts.
+    assert await command("/baton stop", "octo-writer") == ["+1"]
+    stopped = await eventually(
+        lambda: run_state(store, repo, number, RunState.KILLED), "the stopped run", 30
+    )
+    assert stopped.failure_class == "admin-kill"
+    assert await command("/baton stop", "octo-writer") == ["confused"]  # nothing live to stop
+    assert await command("/baton budget +2", "octo-writer") == ["+1"]
+    assert store.extra_continuations(issue) == 2
+    assert await command("/baton status", "octo-writer") == ["+1"]
+    assert await command("/baton retry", "octo-writer") == ["+1"]
+    retried = await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the retried attempt", 60
+    )
+    assert retried.attempt == 2
+    assert await command("/baton launch", "octo-writer") == ["confused"]

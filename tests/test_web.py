@@ -266,6 +266,12 @@ def on_baton_branch(data: dict[str, Any], pull_key: str = "pull_request") -> dic
             lambda d: d.update(action="closed"),
             "jobs.settle.settle_issue_closed",
         ),
+        (
+            "issue_comment",
+            "issue_comment/created.json",
+            lambda d: d["comment"].update(body="Thanks!\n/baton retry"),
+            "jobs.steering.handle_command",
+        ),
     ],
 )
 async def test_github_payloads_about_batons_work_enqueue_their_job(
@@ -301,4 +307,25 @@ async def test_a_pending_status_and_an_approving_review_enqueue_nothing(
     for event, data in (("status", status_event), ("pull_request_review", review)):
         status, _ = await post(client, event, data)
         assert status == 202
+    assert queued(dispatch, EVENTS) == []
+
+
+@pytest.mark.parametrize(
+    ("fixture", "edit"),
+    [
+        ("issue_comment/edited.json", lambda d: d["comment"].update(body="/baton stop")),
+        (
+            "issue_comment/created.json",
+            lambda d: (d["comment"].update(body="/baton stop"), d["sender"].update(type="Bot")),
+        ),
+    ],
+)
+async def test_edited_comments_and_bots_command_nothing(
+    client: TestClient, dispatch: Dispatcher, fixture: str, edit: Any
+) -> None:
+    data = payload(fixture)
+    data.setdefault("installation", {"id": 7})
+    edit(data)
+    status, _ = await post(client, "issue_comment", data)
+    assert status == 202
     assert queued(dispatch, EVENTS) == []

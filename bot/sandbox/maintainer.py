@@ -12,6 +12,7 @@ import aiohttp
 from gidgethub.aiohttp import GitHubAPI
 
 from bot.git import Git, Identity
+from bot.sandbox.auth import ACT_AS_HEADER
 
 T = TypeVar("T")
 
@@ -90,6 +91,33 @@ class Maintainer:
             "/repos/{+repo}/issues/{number}/labels/{name}",
             {"repo": repo, "number": number, "name": label},
         )
+
+    async def grant(self, repo: str, login: str, permission: str) -> None:
+        """Give a user a role on a repository (read, triage, write, maintain, admin)."""
+        await self.gh.put(
+            "/_sandbox/repos/{+repo}/collaborators/{login}",
+            {"repo": repo, "login": login},
+            data={"permission": permission},
+        )
+
+    async def comment(
+        self, repo: str, number: int, body: str, as_user: str | None = None
+    ) -> dict[str, Any]:
+        """Comment on an issue or pull request, as the maintainer or as another user."""
+        comment: dict[str, Any] = await self.gh.post(
+            "/repos/{+repo}/issues/{number}/comments",
+            {"repo": repo, "number": number},
+            data={"body": body},
+            extra_headers={ACT_AS_HEADER: as_user} if as_user else None,
+        )
+        return comment
+
+    async def reactions(self, repo: str, comment_id: int) -> list[str]:
+        """Return the reactions on a comment, by content."""
+        found = await self.gh.getitem(
+            "/repos/{+repo}/issues/comments/{id}/reactions", {"repo": repo, "id": comment_id}
+        )
+        return [str(reaction["content"]) for reaction in found]
 
     async def labels(self, repo: str, number: int) -> set[str]:
         """Return the labels on an issue."""
