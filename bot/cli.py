@@ -110,6 +110,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"workers: {len(Worker.all(connection=dispatch.connection))}")
     for what, at in sorted(store.marks().items()):
         print(f"last {what}: {at}")
+    for repo, since, held_starts, settled in store.pauses():
+        print(
+            f"{repo}: paused since {since:%Y-%m-%d %H:%M} UTC — nothing admitted "
+            f"({held_starts} held), {settled} settled"
+        )
     for held, issues in (("halted", store.halts()), ("waiting", store.waits())):
         for issue, until in issues:
             print(f"{held} until {until:%Y-%m-%d %H:%M} UTC: {issue}")

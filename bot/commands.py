@@ -10,13 +10,19 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-CommandName = Literal["status", "retry", "stop", "budget"]
+CommandName = Literal["status", "retry", "stop", "budget", "pause", "resume"]
 
 # GitHub's repository roles that may steer Baton: write access and above.
 STEERING_ROLES = frozenset({"admin", "maintain", "write"})
 
 _COMMAND = re.compile(r"^/baton[ \t]+(?P<name>[a-z]+)(?:[ \t]+(?P<arg>\S+))?[ \t]*$", re.MULTILINE)
-_PLAIN: dict[str, CommandName] = {"status": "status", "retry": "retry", "stop": "stop"}
+_PLAIN: dict[str, CommandName] = {
+    "status": "status",
+    "retry": "retry",
+    "stop": "stop",
+    "pause": "pause",
+    "resume": "resume",
+}
 _AMOUNT = re.compile(r"^\+(?P<n>[1-9][0-9]{0,2})$")
 
 

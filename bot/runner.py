@@ -43,6 +43,11 @@ async def run_issue(
     services: Services, issue: IssueRef, mode: RunMode = RunMode.FRESH, after: int = 0
 ) -> Run | None:
     """Claim the issue and run one attempt at it; None when there was nothing to do."""
+    if services.store.paused_since(issue.repo) is not None:
+        # Held, not lost: resuming the repository makes this start.
+        services.store.hold(issue, mode.value, after)
+        log.info("%s: %s is paused; holding a %s run", issue, issue.repo, mode.value)
+        return None
     claim = services.store.claim(issue)
     if claim is None:
         log.info(

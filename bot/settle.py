@@ -56,6 +56,8 @@ async def settle_head(
         if settled is None:
             return None  # still pending, settled by someone else, or a newer head took over
         log.info("%s: attempt %d settled %s at %s", issue, attempt, verdict.value, head_sha[:12])
+        if services.store.paused_since(repo) is not None:
+            services.store.count_paused_settlement(repo)
         if verdict is Verdict.GREEN:
             await set_state_label(
                 gh,

@@ -16,7 +16,7 @@ from bot.commands import Command, Refused, may_steer, parse_command
 from bot.dispatch import RunMode, run_issue_job
 from bot.github import GitHubClient, github_app
 from bot.labels import set_state_label
-from bot.model import IssueRef
+from bot.model import IssueRef, utcnow
 from bot.recovery import Services, post_status, report
 from bot.render import refusal_comment
 from bot.tracker import read_issue
@@ -106,6 +106,27 @@ async def _perform(
             return False
         store.request_stop(issue)  # the worker running it stops the agent: admin-kill
         log.warning("%s: a maintainer stopped attempt %d", issue, run.attempt)
+        return True
+    if command.name == "pause":
+        store.pause(issue.repo, utcnow())
+        log.warning("%s: paused by a maintainer", issue.repo)
+        return True
+    if command.name == "resume":
+        # Wakes dispatch now; every held start still meets its claim, window and budget.
+        held = store.resume_repo(issue.repo)
+        services.dispatch.enqueue(
+            [
+                run_issue_job(
+                    settings,
+                    IssueRef(installation_id=issue.installation_id, repo=issue.repo, number=n),
+                    f"resumed-{comment_id}",
+                    RunMode(mode),
+                    after,
+                )
+                for n, mode, after in held
+            ]
+        )
+        log.info("%s: resumed by a maintainer; %d held start(s) released", issue.repo, len(held))
         return True
     if command.name == "budget":
         assert command.amount is not None

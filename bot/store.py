@@ -531,6 +531,48 @@ class Store:
         value = self.redis.get(_issue_key(issue, "extra-continuations"))
         return int(value) if value is not None else 0
 
+    # Pausing a repository -------------------------------------------------
+
+    def pause(self, repo: str, at: datetime) -> None:
+        """Hold every new claim in the repository until it is resumed."""
+        self.redis.hsetnx(f"{_PREFIX}:paused", repo, at.isoformat())
+
+    def resume_repo(self, repo: str) -> list[tuple[int, str, int]]:
+        """Lift the pause; return the held starts (issue number, run mode, attempt after)."""
+        key = f"{_PREFIX}:held:{repo}"
+        with self.redis.pipeline() as pipe:
+            pipe.hdel(f"{_PREFIX}:paused", repo)
+            pipe.hgetall(key)
+            pipe.delete(key, f"{_PREFIX}:held-settled:{repo}")
+            _, held, _ = pipe.execute()
+        starts = []
+        for number, start in cast(dict[str, str], held).items():
+            mode, after = start.split(":")
+            starts.append((int(number), mode, int(after)))
+        return sorted(starts)
+
+    def paused_since(self, repo: str) -> datetime | None:
+        """Return when the repository was paused, or None if it is not."""
+        value = self.redis.hget(f"{_PREFIX}:paused", repo)
+        return None if value is None else datetime.fromisoformat(_text(value))
+
+    def hold(self, issue: IssueRef, mode: str, after: int) -> None:
+        """Record a start a pause held, to be made when the repository is resumed."""
+        self.redis.hset(f"{_PREFIX}:held:{issue.repo}", str(issue.number), f"{mode}:{after}")
+
+    def count_paused_settlement(self, repo: str) -> None:
+        """Count a settlement made while the repository is paused (it still settles)."""
+        self.redis.incr(f"{_PREFIX}:held-settled:{repo}")
+
+    def pauses(self) -> list[tuple[str, datetime, int, int]]:
+        """Return each paused repository: since when, held starts, settlements made since."""
+        found = []
+        for repo, since in cast(dict[str, str], self.redis.hgetall(f"{_PREFIX}:paused")).items():
+            held = int(self.redis.hlen(f"{_PREFIX}:held:{repo}"))
+            settled = int(self.redis.get(f"{_PREFIX}:held-settled:{repo}") or 0)
+            found.append((repo, datetime.fromisoformat(since), held, settled))
+        return sorted(found)
+
     # Repository configuration ------------------------------------------
 
     def cached_repo_config(self, repo: str, blob_sha: str) -> str | None:

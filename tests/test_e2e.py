@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -820,3 +821,46 @@ async def test_maintainers_steer_baton_from_comments_and_others_cannot(
     )
     assert retried.attempt == 2
     assert await command("/baton launch", "octo-writer") == ["confused"]
+
+
+async def test_a_paused_repository_settles_but_admits_nothing_until_resumed(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    slow_ci = {**PROJECT, ".sandbox/ci": "#!/bin/sh\nsleep 2\n" + CI_CHECKS_GREETING}
+    repo = await new_repo(maintainer, stack, slow_ci)
+    settling = await queued_issue(maintainer, repo, "Settles while paused", GREETING_FIX)
+    await eventually(
+        lambda: run_state(store, repo, settling, RunState.PUSHED_PENDING), "the push", 30
+    )
+    pause = await maintainer.comment(repo, settling, "/baton pause")
+    await eventually(lambda: _reacted(maintainer, repo, int(pause["id"])), "the pause")
+    held = await queued_issue(maintainer, repo, "Held by the pause", GREETING_FIX)
+    await eventually(
+        lambda: run_state(store, repo, settling, RunState.PUSHED_GREEN), "settling while paused"
+    )
+    status = await eventually(
+        lambda: _status_saying(stack, f"{repo}: paused since"), "the pause in baton status"
+    )
+    assert "nothing admitted (1 held), 1 settled" in status
+    assert latest_run(store, repo, held) is None
+    resume = await maintainer.comment(repo, settling, "/baton resume")
+    assert await eventually(lambda: _reacted(maintainer, repo, int(resume["id"])), "resume") == [
+        "+1"
+    ]
+    await eventually(
+        lambda: run_state(store, repo, held, RunState.PUSHED_GREEN), "the held issue after", 60
+    )
+    after = await _status_saying(stack, "queues:")
+    assert after is not None and f"{repo}: paused" not in after
+
+
+async def _status_saying(stack: LocalBaton, text: str) -> str | None:
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "bot", "status"],
+        env=stack.baton_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return result.stdout if text in result.stdout else None
