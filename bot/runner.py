@@ -113,6 +113,7 @@ class _Attempt:
         self.mode = mode
         self.after = after
         self.stopped = False
+        self.pushed_tip: str | None = None  # the branch's tip on GitHub, as Baton last pushed
 
     async def execute(self) -> Run | None:
         await self.app.learn_bot_login()  # so the web process can tell Baton's own events apart
@@ -287,7 +288,12 @@ class _Attempt:
         await report(self.services, gh, run)
 
         continuation = await self._continuation(gh, previous) if run.continuation_of else None
-        result = await self._run_agent(run, worktree, data, continuation)
+        self.pushed_tip = remote_tip
+        checkpoints = asyncio.create_task(self._checkpoint(run, worktree, clone_url, start))
+        try:
+            result = await self._run_agent(run, worktree, data, continuation)
+        finally:
+            checkpoints.cancel()
         run = run.model_copy(update={"agent_result": result})
         await workspace.commit_leftovers(
             worktree, f"Work on #{self.issue.number} (Baton, attempt {run.attempt})"
@@ -303,7 +309,7 @@ class _Attempt:
             self._ensure_claim()
             token = await self.app.installation_token(self.issue.installation_id)
             try:
-                await workspace.push(worktree, clone_url, run.branch, token, remote_tip)
+                await workspace.push(worktree, clone_url, run.branch, token, self.pushed_tip)
             except GitError as exc:
                 return await self._end(
                     gh,
@@ -466,6 +472,29 @@ class _Attempt:
             )
         finally:
             watch.cancel()
+
+    async def _checkpoint(self, run: Run, worktree: Path, clone_url: str, start: str) -> None:
+        """Push what the agent has committed every few minutes, while it works.
+
+        A worker that dies then loses at most the work since the last checkpoint:
+        the continuation, on any machine, starts from the branch as pushed.
+        """
+        workspace = self.services.workspace
+        while True:
+            await asyncio.sleep(self.settings.checkpoint_seconds)
+            head = await workspace.rev_parse(worktree, "HEAD")
+            if head in (start, self.pushed_tip):
+                continue
+            try:
+                self._ensure_claim()
+                token = await self.app.installation_token(self.issue.installation_id)
+                await workspace.push(worktree, clone_url, run.branch, token, self.pushed_tip)
+            except (LockLost, GitError, HTTPException) as exc:
+                log.warning("%s: checkpoint not pushed: %s", self.issue, _one_line(exc))
+                continue
+            self.pushed_tip = head
+            self.store.record_checkpoint(self.issue, run.attempt, head)
+            log.info("%s: attempt %d checkpointed at %s", self.issue, run.attempt, head[:12])
 
     async def _watch_for_stop(self, agent: asyncio.Task[AgentResult]) -> None:
         while not agent.done():

@@ -82,6 +82,12 @@ class Settings(BaseSettings):
         description="How long an issue's claim outlives its worker's last heartbeat; a run "
         "whose worker died is found orphaned by the next sweep after that.",
     )
+    checkpoint_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        validation_alias="BATON_CHECKPOINT_SECONDS",
+        description="How often the agent's commits are pushed while it works.",
+    )
     sweep_interval_seconds: float = Field(
         default=300.0,
         gt=0,

@@ -506,6 +506,15 @@ class Store:
                 found.append(Chain.model_validate_json(raw))
         return found
 
+    def record_checkpoint(self, issue: IssueRef, attempt: int, sha: str) -> None:
+        """Record the agent's work an attempt pushed while it ran."""
+        self.redis.set(_issue_key(issue, "checkpoint", str(attempt)), sha, ex=RUN_TTL_S)
+
+    def checkpoint(self, issue: IssueRef, attempt: int) -> str | None:
+        """Return the last checkpoint an attempt pushed, if any."""
+        value = self.redis.get(_issue_key(issue, "checkpoint", str(attempt)))
+        return None if value is None else _text(value)
+
     # Comment commands -----------------------------------------------------
 
     def first_command(self, repo: str, comment_id: int) -> bool:

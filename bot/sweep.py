@@ -125,8 +125,9 @@ async def _orphaned(services: Services, gh: GitHubClient, run: Run) -> bool:
     if orphaned is None:
         return False
     log.warning("%s: attempt %d was orphaned: %s", run.issue, run.attempt, reason)
-    # Work it pushed (its head) survives on the branch; a continuation builds on it.
-    facts = RunFacts(ending="orphaned", new_commits=1 if orphaned.head_sha else 0, detail=reason)
+    # Work it pushed (its head, or a checkpoint) survives on the branch for a continuation.
+    pushed = orphaned.head_sha or services.store.checkpoint(run.issue, run.attempt)
+    facts = RunFacts(ending="orphaned", new_commits=1 if pushed else 0, detail=reason)
     await conclude(services, gh, orphaned, facts)
     return True
 

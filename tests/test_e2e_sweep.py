@@ -48,6 +48,7 @@ def stack(
         tmp_path_factory.mktemp("sweep"),
         BATON_LOCK_TTL_SECONDS="2",
         BATON_MAX_CONTINUATIONS="3",
+        BATON_CHECKPOINT_SECONDS="1",
     )
     yield baton
     baton.stop()
@@ -239,3 +240,29 @@ async def test_an_orphan_a_maintainer_withdrew_is_not_requeued(
     await asyncio.sleep(1)
     runs = store.runs(IssueRef(installation_id=1, repo=repo, number=number))
     assert [run.attempt for run in runs] == [1]
+
+
+async def test_work_committed_before_a_worker_died_survives_as_a_checkpoint(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack)
+    number = await queued_issue(
+        maintainer,
+        repo,
+        "Keep what was done",
+        "agent@1: write greeting.txt hello\nagent@1: commit Greet\nagent@1: sleep 60\n"
+        "agent@2: write notes.txt picked up where attempt 1 died",
+    )
+    issue = IssueRef(installation_id=1, repo=repo, number=number)
+    await eventually(lambda: asyncio.to_thread(store.checkpoint, issue, 1), "a checkpoint", 30)
+    killed = await killed_mid_run(stack, store, repo, number, 1)
+    try:
+        await sweep_until(stack, "orphaned")
+        done = await eventually(
+            lambda: _attempt(store, issue, 2, RunState.PUSHED_GREEN), "the continuation", 60
+        )
+    finally:
+        stack.start_worker(killed.name)
+    orphaned = store.run(issue, 1)
+    assert orphaned is not None and orphaned.failure_class == "orphan-progress"
+    assert sorted(done.changed_files) == ["greeting.txt", "notes.txt"]
