@@ -98,7 +98,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     from bot.chains import link_status
     from bot.dispatch import Dispatcher
-    from bot.model import utcnow
+    from bot.model import Run, utcnow
     from bot.render import duration
 
     settings = load_settings()
@@ -127,12 +127,20 @@ def cmd_status(args: argparse.Namespace) -> int:
     runs = store.recent_runs(args.limit)
     if not runs:
         print("no runs yet")
+    by_repo: dict[str, list[Run]] = {}
     for run in runs:
-        pr = f" {run.pr_url}" if run.pr_url else ""
-        reason = f" ({run.failure_class}: {run.reason})" if run.failure_class else ""
-        print(
-            f"{run.run_id:<40} {run.state.value:<15} {duration(run.wall_clock(now)):>9}{pr}{reason}"
-        )
+        by_repo.setdefault(run.issue.repo, []).append(run)
+    for repo, repo_runs in sorted(by_repo.items()):
+        live = sum(1 for run in repo_runs if run.state.is_live)
+        print(f"{repo}: {live} live, recent runs:")
+        for run in repo_runs:
+            pr = f" {run.pr_url}" if run.pr_url else ""
+            reason = f" ({run.failure_class}: {run.reason})" if run.failure_class else ""
+            took = duration(run.wall_clock(now))
+            print(
+                f"  #{run.issue.number} attempt {run.attempt:<3} {run.state.value:<15} "
+                f"{took:>9}{' so far' if run.state.is_live else ''}{pr}{reason}"
+            )
     return 0
 
 

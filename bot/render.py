@@ -289,6 +289,11 @@ def escalation_comment(
     if spent.by_class:
         breakdown = ", ".join(f"{name}: {count}" for name, count in sorted(spent.by_class.items()))
         lines += ["", f"What spent them: {breakdown}."]
+        if all(name.startswith("orphan-") for name in spent.by_class):
+            lines.append(
+                "Every one was spent by a worker that died mid-run, not by the agent's work: "
+                "look at the workers (memory, restarts) before queueing it again."
+            )
     lines.append("")
     if work is not None and work.head_sha:
         where = f"`{work.branch}` at `{work.head_sha[:12]}`"

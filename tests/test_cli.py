@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bot.devstack import free_port
-from bot.model import Chain, IssueRef
+from bot.model import Chain, IssueRef, Run
 from bot.store import Store
 
 
@@ -111,3 +111,15 @@ def test_status_lists_each_chain_with_its_links(redis_url: str, store: Store) ->
     result = baton("status", REDIS_URL=redis_url)
     assert result.returncode == 0, result.stderr
     assert "chain octo/widgets#9: #4 not started, #5 not started" in result.stdout
+
+
+def test_status_lists_runs_by_repository_with_their_phase(redis_url: str, store: Store) -> None:
+    issue = IssueRef(installation_id=1, repo="octo/widgets", number=3)
+    store.save_run(
+        Run.claimed(issue, 1, "baton/issue-3", datetime(2026, 12, 1, 7, tzinfo=UTC)),
+        store.claim(issue) or pytest.fail("the issue could not be claimed"),
+    )
+    result = baton("status", REDIS_URL=redis_url)
+    assert result.returncode == 0, result.stderr
+    assert "octo/widgets: 1 live, recent runs:" in result.stdout
+    assert "  #3 attempt 1   claimed" in result.stdout and "so far" in result.stdout

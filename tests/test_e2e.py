@@ -832,6 +832,12 @@ async def test_a_paused_repository_settles_but_admits_nothing_until_resumed(
     await eventually(
         lambda: run_state(store, repo, settling, RunState.PUSHED_PENDING), "the push", 30
     )
+    await maintainer.grant(repo, "octo-reader", "read")
+    refused = await maintainer.comment(repo, settling, "/baton pause", as_user="octo-reader")
+    assert await eventually(
+        lambda: _reacted(maintainer, repo, int(refused["id"])), "the reader refused"
+    ) == ["confused"]
+    assert store.paused_since(repo) is None
     pause = await maintainer.comment(repo, settling, "/baton pause")
     await eventually(lambda: _reacted(maintainer, repo, int(pause["id"])), "the pause")
     held = await queued_issue(maintainer, repo, "Held by the pause", GREETING_FIX)

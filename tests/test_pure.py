@@ -197,6 +197,21 @@ def test_escalation_comment_says_why_what_spent_it_and_what_to_do() -> None:
     assert text.rstrip().endswith("@octo-lead")
     nothing = render.escalation_comment("no-change: nothing", spent, Limits(), None, [])
     assert "There is no work to continue from" in nothing and "@" not in nothing
+    assert "worker that died" not in text
+
+
+def test_an_escalation_spent_by_worker_deaths_says_so() -> None:
+    spent = Spend(
+        continuations=4,
+        failed_attempts=0,
+        reentries=0,
+        backoffs_in_a_row=0,
+        by_class={"orphan-clean": 3, "orphan-progress": 1},
+    )
+    text = render.escalation_comment(
+        "orphan-clean, and all 3 continuations are spent", spent, Limits(), None, []
+    )
+    assert "Every one was spent by a worker that died mid-run" in text
 
 
 def test_pull_status_comment_has_a_row_per_attempt() -> None:
