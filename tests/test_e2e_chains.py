@@ -10,6 +10,7 @@ from bot.model import IssueRef, Run, RunState
 from bot.sandbox.maintainer import Maintainer, eventually
 from bot.store import Store
 from tests.test_e2e import (  # the module's own stack, started and stopped with it
+    _attempt_state,
     _comment_saying,
     _labels_are,
     latest_run,
@@ -36,6 +37,16 @@ async def open_links(maintainer: Maintainer, repo: str, *bodies: str) -> list[in
     ]
 
 
+async def queued_chain(
+    stack: LocalBaton, maintainer: Maintainer, *bodies: str, files: dict[str, str] = FILES
+) -> tuple[str, int, list[int]]:
+    """Open one issue per body in a new repository and queue a tracking issue listing them."""
+    repo = await new_repo(maintainer, stack, files)
+    links = await open_links(maintainer, repo, *bodies)
+    tasks = "".join(f"- [ ] #{n}\n" for n in links)
+    return repo, await queued_issue(maintainer, repo, "A chain", tasks), links
+
+
 async def green(store: Store, repo: str, number: int) -> Run:
     return await eventually(
         lambda: run_state(store, repo, number, RunState.PUSHED_GREEN),
@@ -55,16 +66,12 @@ async def based_on(maintainer: Maintainer, repo: str, number: int, base: str) ->
 async def test_a_three_link_chain_stacks_recovers_a_red_link_and_merges_in_order(
     stack: LocalBaton, maintainer: Maintainer, store: Store
 ) -> None:
-    repo = await new_repo(maintainer, stack, FILES)
-    links = await open_links(
+    repo, tracking, links = await queued_chain(
+        stack,
         maintainer,
-        repo,
         "agent: write one.txt 1",
         "agent@1: write two.txt broken\nagent@2: write two.txt fixed",
         "agent: write three.txt 3",
-    )
-    tracking = await queued_issue(
-        maintainer, repo, "Ship it in three steps", "".join(f"- [ ] #{n}\n" for n in links)
     )
     runs = [await green(store, repo, number) for number in links]
     first_of_two = store.run(IssueRef(installation_id=1, repo=repo, number=links[1]), 1)
@@ -114,16 +121,14 @@ async def _manifest_marks(maintainer: Maintainer, repo: str, run: Run) -> bool:
 async def test_a_merge_that_conflicts_with_a_successor_goes_back_to_its_agent(
     stack: LocalBaton, maintainer: Maintainer, store: Store
 ) -> None:
-    repo = await new_repo(maintainer, stack, FILES)
-    links = await open_links(
+    repo, _, links = await queued_chain(
+        stack,
         maintainer,
-        repo,
         "agent: write one.txt 1",
         "agent@1: write shared.txt from the chain\n"
         "agent@2: merge origin/main\nagent@2: write shared.txt from both\n"
         "agent@2: commit Merge main",
     )
-    await queued_issue(maintainer, repo, "Two steps", "".join(f"- [ ] #{n}\n" for n in links))
     first, second = [await green(store, repo, number) for number in links]
     # Meanwhile a maintainer changes the same file on main.
     await maintainer.push_to_main(
@@ -132,7 +137,7 @@ async def test_a_merge_that_conflicts_with_a_successor_goes_back_to_its_agent(
     assert first.pr_number is not None
     await maintainer.merge(repo, first.pr_number)
     resolved = await eventually(
-        lambda: _attempt(store, repo, links[1], 2, RunState.PUSHED_GREEN),
+        lambda: _attempt_state(store, repo, links[1], 2, RunState.PUSHED_GREEN),
         "the conflicted link's continuation going green",
         60,
     )
@@ -141,13 +146,6 @@ async def test_a_merge_that_conflicts_with_a_successor_goes_back_to_its_agent(
     assert "`shared.txt`" in str(conflicted.reason)
     assert resolved.continuation_of == 1 and resolved.pr_number == second.pr_number
     assert await based_on(maintainer, repo, second.pr_number or 0, "main")
-
-
-async def _attempt(
-    store: Store, repo: str, number: int, attempt: int, state: RunState
-) -> Run | None:
-    run = store.run(IssueRef(installation_id=1, repo=repo, number=number), attempt)
-    return run if run is not None and run.state is state else None
 
 
 async def test_a_dependency_cycle_is_refused_before_anything_runs(
@@ -174,10 +172,8 @@ async def stopped_chain(
     stack: LocalBaton, maintainer: Maintainer, store: Store
 ) -> tuple[str, int, list[int]]:
     """A two-link chain whose second link failed its only attempt: the chain is held."""
-    repo = await new_repo(maintainer, stack, ONE_ATTEMPT)
-    links = await open_links(maintainer, repo, "agent: write one.txt 1", STOPS_ONCE)
-    tracking = await queued_issue(
-        maintainer, repo, "Two steps", "".join(f"- [ ] #{n}\n" for n in links)
+    repo, tracking, links = await queued_chain(
+        stack, maintainer, "agent: write one.txt 1", STOPS_ONCE, files=ONE_ATTEMPT
     )
     await green(store, repo, links[0])
     await eventually(
@@ -195,7 +191,9 @@ async def test_a_requeued_chain_resumes_at_the_stopped_link_on_its_predecessors_
     assert first is not None
     await maintainer.add_label(repo, tracking, "baton:queue")
     resumed = await eventually(
-        lambda: _attempt(store, repo, links[1], 2, RunState.PUSHED_GREEN), "link 2 resumed", 60
+        lambda: _attempt_state(store, repo, links[1], 2, RunState.PUSHED_GREEN),
+        "link 2 resumed",
+        60,
     )
     assert resumed.base_branch == first.branch and resumed.base_sha == first.head_sha
     assert len(store.runs(IssueRef(installation_id=1, repo=repo, number=links[0]))) == 1
@@ -226,14 +224,12 @@ async def test_a_requeued_chain_refuses_a_predecessor_tip_that_is_gone(
 async def test_a_predecessor_that_takes_more_commits_carries_its_successors_along(
     stack: LocalBaton, maintainer: Maintainer, store: Store
 ) -> None:
-    repo = await new_repo(maintainer, stack, FILES)
-    links = await open_links(
+    repo, _, links = await queued_chain(
+        stack,
         maintainer,
-        repo,
         "agent@1: write one.txt 1\nagent@2: write one.txt 1, reviewed",
         "agent: write two.txt 2",
     )
-    await queued_issue(maintainer, repo, "Two steps", "".join(f"- [ ] #{n}\n" for n in links))
     first, second = [await green(store, repo, number) for number in links]
     await maintainer.gh.post(
         "/repos/{+repo}/pulls/{number}/reviews",
@@ -241,7 +237,9 @@ async def test_a_predecessor_that_takes_more_commits_carries_its_successors_alon
         data={"event": "REQUEST_CHANGES", "body": "Say it was reviewed."},
     )
     reviewed = await eventually(
-        lambda: _attempt(store, repo, links[0], 2, RunState.PUSHED_GREEN), "link 1 reviewed", 60
+        lambda: _attempt_state(store, repo, links[0], 2, RunState.PUSHED_GREEN),
+        "link 1 reviewed",
+        60,
     )
     restacked = await eventually(
         lambda: _restacked_on(store, repo, links[1], reviewed), "link 2 on link 1's new tip", 60

@@ -17,12 +17,13 @@ from rq import Worker
 
 from bot.devstack import LocalBaton, Process
 from bot.dispatch import job_id
-from bot.model import IssueRef, Run, RunState
+from bot.model import IssueRef, RunState
 from bot.sandbox.maintainer import Maintainer, eventually
 from bot.store import Store
 from tests.conftest import RedisServer
 from tests.test_e2e import (  # maintainer and store act on this module's own stack
     GREETING_FIX,
+    _attempt_state,
     _labels_are,
     latest_run,
     maintainer,
@@ -162,7 +163,9 @@ async def killed_mid_run(
     """SIGKILL the worker (and its work horse) while the given attempt's agent runs."""
     issue = IssueRef(installation_id=1, repo=repo, number=number)
     await eventually(
-        lambda: _attempt(store, issue, attempt, RunState.RUNNING), f"attempt {attempt} running", 60
+        lambda: _attempt_state(store, issue.repo, issue.number, attempt, RunState.RUNNING),
+        f"attempt {attempt} running",
+        60,
     )
     process = await eventually(
         lambda: asyncio.to_thread(worker_running, stack, issue), "the worker running it"
@@ -191,11 +194,6 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-async def _attempt(store: Store, issue: IssueRef, attempt: int, state: RunState) -> Run | None:
-    run = store.run(issue, attempt)
-    return run if run is not None and run.state is state else None
-
-
 async def test_a_killed_workers_run_is_continued_on_another_worker_with_the_same_pr(
     stack: LocalBaton, maintainer: Maintainer, store: Store
 ) -> None:
@@ -211,7 +209,9 @@ async def test_a_killed_workers_run_is_continued_on_another_worker_with_the_same
     try:
         await sweep_until(stack, "orphaned")
         done = await eventually(
-            lambda: _attempt(store, issue, 3, RunState.PUSHED_GREEN), "the continuation", 60
+            lambda: _attempt_state(store, issue.repo, issue.number, 3, RunState.PUSHED_GREEN),
+            "the continuation",
+            60,
         )
     finally:
         stack.start_worker(killed.name)  # the module's other tests keep two workers
@@ -259,7 +259,9 @@ async def test_work_committed_before_a_worker_died_survives_as_a_checkpoint(
     try:
         await sweep_until(stack, "orphaned")
         done = await eventually(
-            lambda: _attempt(store, issue, 2, RunState.PUSHED_GREEN), "the continuation", 60
+            lambda: _attempt_state(store, issue.repo, issue.number, 2, RunState.PUSHED_GREEN),
+            "the continuation",
+            60,
         )
     finally:
         stack.start_worker(killed.name)
