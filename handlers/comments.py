@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from gidgethub.routing import Router
 from gidgethub.sansio import Event
 
@@ -9,15 +11,26 @@ from bot.commands import parse_command
 from bot.dispatch import command_job
 from handlers.context import HandlerContext
 
+log = logging.getLogger(__name__)
 router = Router()
 
 
 @router.register("issue_comment", action="created")
 async def command_posted(event: Event, ctx: HandlerContext) -> None:
-    """Hand a new comment that holds a `/baton` command to a job (edits are not commands)."""
+    """Hand a new comment that holds a `/baton` command to a job."""
     comment = event.data["comment"]
-    if event.data["sender"].get("type") == "Bot" or parse_command(comment.get("body")) is None:
+    if parse_command(comment.get("body")) is None:
+        return
+    if event.data["sender"].get("type") == "Bot":
+        log.info("delivery %s: ignored a command from a bot", event.delivery_id)
         return
     issue = ctx.issue_ref(event)
     if issue is not None:
         ctx.enqueue(command_job(issue, int(comment["id"])))
+
+
+@router.register("issue_comment", action="edited")
+async def command_edited(event: Event, ctx: HandlerContext) -> None:
+    """Say so when a command appears in an edit: only new comments command Baton."""
+    if parse_command(event.data["comment"].get("body")) is not None:
+        log.info("delivery %s: ignored a command in an edited comment", event.delivery_id)

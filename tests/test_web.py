@@ -6,6 +6,7 @@ import copy
 import hashlib
 import hmac
 import json
+import logging
 import uuid
 from typing import Any
 
@@ -321,11 +322,17 @@ async def test_a_pending_status_and_an_approving_review_enqueue_nothing(
     ],
 )
 async def test_edited_comments_and_bots_command_nothing(
-    client: TestClient, dispatch: Dispatcher, fixture: str, edit: Any
+    client: TestClient,
+    dispatch: Dispatcher,
+    fixture: str,
+    edit: Any,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     data = payload(fixture)
     data.setdefault("installation", {"id": 7})
     edit(data)
-    status, _ = await post(client, "issue_comment", data)
+    with caplog.at_level(logging.INFO, logger="handlers.comments"):
+        status, _ = await post(client, "issue_comment", data)
     assert status == 202
     assert queued(dispatch, EVENTS) == []
+    assert "ignored a command" in caplog.text
