@@ -849,6 +849,11 @@ async def test_a_paused_repository_settles_but_admits_nothing_until_resumed(
     )
     assert "nothing admitted (1 held), 1 settled" in status
     assert latest_run(store, repo, held) is None
+    refused = await maintainer.comment(repo, settling, "/baton resume", as_user="octo-reader")
+    assert await eventually(
+        lambda: _reacted(maintainer, repo, int(refused["id"])), "the reader refused"
+    ) == ["confused"]
+    assert store.paused_since(repo) is not None
     resume = await maintainer.comment(repo, settling, "/baton resume")
     assert await eventually(lambda: _reacted(maintainer, repo, int(resume["id"])), "resume") == [
         "+1"
