@@ -36,7 +36,7 @@ from bot.chains import (
 from bot.classify import RunFacts
 from bot.config import InvalidRepoConfig
 from bot.dispatch import RunMode, run_issue_job
-from bot.github import GitHubClient, github_app
+from bot.github import GitHubApp, GitHubClient, github_app
 from bot.labels import set_state_label
 from bot.model import Chain, IssueRef, Run, RunState, utcnow
 from bot.recovery import Services, conclude, post_status
@@ -161,38 +161,39 @@ async def stack_base(gh: GitHubClient, services: Services, chain: Chain, number:
     return services.store.latest_run(chain.issue(predecessor))
 
 
-async def link_merged(services: Services, gh: GitHubClient, merged: Run) -> None:
+async def link_merged(services: Services, app: GitHubApp, merged: Run) -> None:
     """Restack the successors of a merged link onto what it merged into, then advance.
 
     The first successor's PR is retargeted to that branch; every successor's
     branch is replayed without the commits it inherited. A conflict sends that
     link back to the agent as a `merge-conflict` continuation, and stops there.
     """
-    await _restack_then_advance(services, gh, merged, merged=True)
+    await _restack_then_advance(services, app, merged, merged=True)
 
 
-async def link_green(services: Services, gh: GitHubClient, green: Run) -> None:
+async def link_green(services: Services, app: GitHubApp, green: Run) -> None:
     """Bring the links stacked on a link that went green (again) onto its new tip, then advance.
 
     A link whose PR took more commits (a continuation after review) leaves its
     successors on its old tip; they are replayed onto the new one.
     """
-    await _restack_then_advance(services, gh, green, merged=False)
+    await _restack_then_advance(services, app, green, merged=False)
 
 
 async def _restack_then_advance(
-    services: Services, gh: GitHubClient, moved: Run, merged: bool
+    services: Services, app: GitHubApp, moved: Run, merged: bool
 ) -> None:
     chain = services.store.chain_of(moved.issue)
     if chain is None or moved.issue.number not in chain.links:
         return
+    gh = await app.for_installation(chain.installation_id)
     async with services.store.chain_lock(chain):
-        await _restack(services, gh, chain, moved, merged)
+        await _restack(services, app, gh, chain, moved, merged)
     await advance(services, gh, chain)
 
 
 async def _restack(
-    services: Services, gh: GitHubClient, chain: Chain, moved: Run, merged: bool
+    services: Services, app: GitHubApp, gh: GitHubClient, chain: Chain, moved: Run, merged: bool
 ) -> None:
     store = services.store
     stacked = [
@@ -207,7 +208,7 @@ async def _restack(
         return  # already on the link's tip
     repo = await gh.getitem("/repos/{+repo}", {"repo": chain.repo})
     clone_url = str(repo["clone_url"])
-    token = await _token(services, chain)
+    token = await app.installation_token(chain.installation_id)
     workspace = services.workspace
     mirror = await workspace.refresh_mirror(chain.repo, clone_url, token)
     target = (moved.base_branch or str(repo["default_branch"])) if merged else moved.branch
@@ -267,11 +268,6 @@ async def _retarget(gh: GitHubClient, repo: str, pull: int, base: str) -> None:
     await gh.patch(
         "/repos/{+repo}/pulls/{number}", {"repo": repo, "number": pull}, data={"base": base}
     )
-
-
-async def _token(services: Services, chain: Chain) -> str:
-    async with github_app(services.settings, services.store) as app:
-        return await app.installation_token(chain.installation_id)
 
 
 async def _restamp_manifests(gh: GitHubClient, chain: Chain, links: list[ManifestLink]) -> None:

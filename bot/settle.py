@@ -68,7 +68,7 @@ async def settle_head(
                 services.settings.review_label,
             )
             await report(services, gh, settled, checks=checks)
-            await link_green(services, gh, settled)  # what is stacked on it follows
+            await link_green(services, app, settled)  # what is stacked on it follows
             return settled
         names = ", ".join(check.name for check in checks) or "a check"
         facts = RunFacts(ending="checks-failed", detail=f"failing: {names}")
@@ -117,7 +117,7 @@ async def settle_pull_closed(
         await set_state_label(gh, services.store, services.dispatch, services.settings, issue, None)
         await report(services, gh, closed)
         if merged:
-            await link_merged(services, gh, closed)
+            await link_merged(services, app, closed)
         elif (chain := services.store.chain_of(issue)) is not None:
             services.dispatch.advance_chain(chain, f"closed-{pull}")  # it holds its successors
     log.info(

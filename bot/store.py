@@ -129,7 +129,7 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _halt_member(issue: IssueRef) -> str:
+def _indexed_issue(issue: IssueRef) -> str:
     return f"{issue.installation_id}:{issue.repo}:{issue.number}"
 
 
@@ -361,9 +361,9 @@ class Store:
             pipe.set(f"{_PREFIX}:pull:{issue.repo}:{run.pr_number}", where, ex=RUN_TTL_S)
         # What the sweep checks: runs a worker holds, and pushes waiting for their checks.
         if run.state in _IN_FLIGHT:
-            pipe.zadd(f"{_PREFIX}:in-flight", {_halt_member(issue): run.started_at.timestamp()})
+            pipe.zadd(f"{_PREFIX}:in-flight", {_indexed_issue(issue): run.started_at.timestamp()})
         else:
-            pipe.zrem(f"{_PREFIX}:in-flight", _halt_member(issue))
+            pipe.zrem(f"{_PREFIX}:in-flight", _indexed_issue(issue))
 
     def in_flight(self) -> list[IssueRef]:
         """Return the issues whose latest run is live or waiting for its checks."""
@@ -460,11 +460,11 @@ class Store:
 
     def record_wait(self, issue: IssueRef, until: datetime) -> None:
         """Index an issue that waits, unstarted, for its account's window to reopen."""
-        self.redis.zadd(f"{_PREFIX}:waiting", {_halt_member(issue): until.timestamp()})
+        self.redis.zadd(f"{_PREFIX}:waiting", {_indexed_issue(issue): until.timestamp()})
 
     def clear_wait(self, issue: IssueRef) -> None:
         """Drop the issue from the waiting index (it started, or moved on)."""
-        self.redis.zrem(f"{_PREFIX}:waiting", _halt_member(issue))
+        self.redis.zrem(f"{_PREFIX}:waiting", _indexed_issue(issue))
 
     def waits(self) -> list[tuple[IssueRef, datetime]]:
         """Return every issue waiting for a window, soonest first."""
@@ -613,11 +613,11 @@ class Store:
 
     def record_halt(self, issue: IssueRef, resume_at: datetime) -> None:
         """Index a halted issue by when it may resume, so a lost re-entry is found again."""
-        self.redis.zadd(f"{_PREFIX}:halted", {_halt_member(issue): resume_at.timestamp()})
+        self.redis.zadd(f"{_PREFIX}:halted", {_indexed_issue(issue): resume_at.timestamp()})
 
     def clear_halt(self, issue: IssueRef) -> None:
         """Drop the issue from the halt index (it resumed, or moved on)."""
-        self.redis.zrem(f"{_PREFIX}:halted", _halt_member(issue))
+        self.redis.zrem(f"{_PREFIX}:halted", _indexed_issue(issue))
 
     def halts(self) -> list[tuple[IssueRef, datetime]]:
         """Return every halted issue with when it may resume, soonest first."""

@@ -133,8 +133,9 @@ async def _orphaned(services: Services, gh: GitHubClient, run: Run) -> bool:
 
 
 async def _queued_but_idle(services: Services, app: GitHubApp, report: SweepReport) -> None:
-    """Pick up open issues that carry the queue label while nothing works on them."""
+    """Pick up open issues that carry the queue label while nothing works on or waits for them."""
     settings = services.settings
+    waiting = {issue for issue, _ in services.store.waits()}
     async for installation in app.app_client().getiter("/app/installations"):
         installation_id = int(installation["id"])
         gh = await app.for_installation(installation_id)
@@ -150,7 +151,7 @@ async def _queued_but_idle(services: Services, app: GitHubApp, report: SweepRepo
                     repo=str(repo["full_name"]),
                     number=int(data["number"]),
                 )
-                if _idle(services, issue):
+                if issue not in waiting and _idle(services, issue):
                     body = data.get("body")
                     job = (
                         queue_chain_job(issue, SWEEP_KEY)
@@ -162,11 +163,9 @@ async def _queued_but_idle(services: Services, app: GitHubApp, report: SweepRepo
 
 
 def _idle(services: Services, issue: IssueRef) -> bool:
-    """Return whether nothing holds, runs or waits on this queued issue."""
+    """Return whether nothing holds or runs this queued issue."""
     store = services.store
     if store.lock_holder(issue) is not None:
-        return False
-    if issue in {waiting for waiting, _ in store.waits()}:
         return False
     run = store.latest_run(issue)
     return run is None or not (run.state.is_live or run.state is RunState.PUSHED_PENDING)

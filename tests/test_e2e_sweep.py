@@ -17,7 +17,7 @@ from rq import Worker
 
 from bot.devstack import LocalBaton, Process
 from bot.dispatch import job_id
-from bot.model import IssueRef, RunState
+from bot.model import IssueRef, Run, RunState
 from bot.sandbox.maintainer import Maintainer, eventually
 from bot.store import Store
 from tests.conftest import RedisServer
@@ -194,6 +194,24 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+async def continued_after_a_death(
+    stack: LocalBaton, store: Store, issue: IssueRef, attempt: int
+) -> Run:
+    """Kill the worker running the attempt, sweep, and return the continuation once green."""
+    killed = await killed_mid_run(stack, store, issue.repo, issue.number, attempt)
+    try:
+        await sweep_until(stack, "orphaned")
+        return await eventually(
+            lambda: _attempt_state(
+                store, issue.repo, issue.number, attempt + 1, RunState.PUSHED_GREEN
+            ),
+            "the continuation",
+            60,
+        )
+    finally:
+        stack.start_worker(killed.name)  # the module's other tests keep two workers
+
+
 async def test_a_killed_workers_run_is_continued_on_another_worker_with_the_same_pr(
     stack: LocalBaton, maintainer: Maintainer, store: Store
 ) -> None:
@@ -205,16 +223,7 @@ async def test_a_killed_workers_run_is_continued_on_another_worker_with_the_same
         "agent@1: write greeting.txt goodbye\nagent@2: sleep 60\nagent@3: write greeting.txt hello",
     )
     issue = IssueRef(installation_id=1, repo=repo, number=number)
-    killed = await killed_mid_run(stack, store, repo, number, 2)
-    try:
-        await sweep_until(stack, "orphaned")
-        done = await eventually(
-            lambda: _attempt_state(store, issue.repo, issue.number, 3, RunState.PUSHED_GREEN),
-            "the continuation",
-            60,
-        )
-    finally:
-        stack.start_worker(killed.name)  # the module's other tests keep two workers
+    done = await continued_after_a_death(stack, store, issue, 2)
     first, orphaned = store.run(issue, 1), store.run(issue, 2)
     assert first is not None and orphaned is not None
     assert orphaned.failure_class == "orphan-clean" and orphaned.state is RunState.FAILED
@@ -255,16 +264,7 @@ async def test_work_committed_before_a_worker_died_survives_as_a_checkpoint(
     )
     issue = IssueRef(installation_id=1, repo=repo, number=number)
     await eventually(lambda: asyncio.to_thread(store.checkpoint, issue, 1), "a checkpoint", 30)
-    killed = await killed_mid_run(stack, store, repo, number, 1)
-    try:
-        await sweep_until(stack, "orphaned")
-        done = await eventually(
-            lambda: _attempt_state(store, issue.repo, issue.number, 2, RunState.PUSHED_GREEN),
-            "the continuation",
-            60,
-        )
-    finally:
-        stack.start_worker(killed.name)
+    done = await continued_after_a_death(stack, store, issue, 1)
     orphaned = store.run(issue, 1)
     assert orphaned is not None and orphaned.failure_class == "orphan-progress"
     assert sorted(done.changed_files) == ["greeting.txt", "notes.txt"]
