@@ -34,10 +34,10 @@ from bot.chains import (
     task_list,
 )
 from bot.classify import RunFacts
-from bot.config import InvalidRepoConfig
+from bot.config import InvalidRepoConfig, apply_repo_config
 from bot.dispatch import RunMode, run_issue_job
 from bot.github import GitHubApp, GitHubClient, github_app
-from bot.labels import set_state_label
+from bot.labels import recorded_labels, set_state_label
 from bot.model import Chain, IssueRef, Run, RunState, utcnow
 from bot.recovery import Services, conclude, post_status
 from bot.tracker import label_names, load_repo_config, read_issue
@@ -56,18 +56,20 @@ async def queue_chain(services: Services, issue: IssueRef) -> Chain | None:
         gh = await app.for_installation(issue.installation_id)
         data = await read_issue(gh, issue)
         labels = label_names(data)
-        if settings.queue_label not in labels or data["state"] != "open":
-            log.info("%s: no longer queued; not planning its chain", issue)
-            return None
         repo = await gh.getitem("/repos/{+repo}", {"repo": issue.repo})
+        ours = settings.labels  # until the repository's file names its own
         try:
             config = await load_repo_config(gh, store, issue.repo, str(repo["default_branch"]))
+            ours = apply_repo_config(settings, config).labels
+            if ours.queue not in labels or data["state"] != "open":
+                log.info("%s: no longer queued; not planning its chain", issue)
+                return None
             chain = await _plan(gh, issue, data, config.strict_preflight)
         except (ChainRefused, InvalidRepoConfig) as exc:
+            if ours.queue not in labels:
+                return None
             log.warning("%s: chain refused: %s", issue, exc)
-            await set_state_label(
-                gh, store, services.dispatch, settings, issue, settings.escalated_label, labels
-            )
+            await set_state_label(gh, store, services.dispatch, ours, issue, ours.escalated, labels)
             await post_status(
                 services, gh, issue, render.refusal_comment(f"The chain was refused: {exc}")
             )
@@ -75,9 +77,7 @@ async def queue_chain(services: Services, issue: IssueRef) -> Chain | None:
         chain = store.save_chain(chain)
         log.info("%s: chain %s of links %s", issue, chain.chain_id, chain.links)
         # Taken off the queue: the chain, not a second delivery, moves it from here.
-        await set_state_label(
-            gh, store, services.dispatch, settings, issue, settings.in_progress_label, labels
-        )
+        await set_state_label(gh, store, services.dispatch, ours, issue, ours.in_progress, labels)
         await advance(services, gh, chain, requeued=True)
         return chain
 
@@ -129,8 +129,9 @@ async def advance(
         )
         if step.action == "complete":
             done = all(status is not LinkStatus.GREEN for status in statuses.values())
-            label = None if done else settings.review_label
-            await set_state_label(gh, store, services.dispatch, settings, head, label)
+            ours = recorded_labels(store, settings, head)
+            label = None if done else ours.review
+            await set_state_label(gh, store, services.dispatch, ours, head, label)
 
 
 async def manifest_links(gh: GitHubClient, services: Services, chain: Chain) -> list[ManifestLink]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from bot.render import CheckSummary
@@ -41,6 +41,43 @@ def checks_verdict(
     return Verdict.GREEN
 
 
+def required_checks_verdict(
+    check_runs: Iterable[Mapping[str, Any]],
+    combined_status: Mapping[str, Any] | None,
+    required: Collection[str],
+) -> Verdict:
+    """Return the verdict for a head from its required checks alone.
+
+    Each required name is a check run's name or a commit status's context; the
+    latest run of a name counts. Red as soon as one required check fails, green
+    once every one has passed; a required check not reported yet keeps it pending.
+    """
+    latest: dict[str, Mapping[str, Any]] = {}
+    for run in check_runs:
+        name = str(run.get("name"))
+        if name in required and int(run.get("id", 0)) >= int(latest.get(name, {}).get("id", 0)):
+            latest[name] = run
+    states = {name: _run_state(run) for name, run in latest.items()}
+    for status in (combined_status or {}).get("statuses", []):
+        context = str(status.get("context"))
+        if context in required and context not in states:
+            states[context] = _STATUS_STATES.get(str(status.get("state")), Verdict.PENDING)
+    if Verdict.RED in states.values():
+        return Verdict.RED
+    if set(required) <= set(states) and all(v is Verdict.GREEN for v in states.values()):
+        return Verdict.GREEN
+    return Verdict.PENDING
+
+
+_STATUS_STATES = {"success": Verdict.GREEN, "failure": Verdict.RED, "error": Verdict.RED}
+
+
+def _run_state(run: Mapping[str, Any]) -> Verdict:
+    if run.get("status") != "completed":
+        return Verdict.PENDING
+    return Verdict.GREEN if run.get("conclusion") in _PASSING else Verdict.RED
+
+
 def _suite_state(suite: Mapping[str, Any]) -> Verdict | None:
     if suite.get("status") != "completed":
         if suite.get("status") == "queued" and not suite.get("latest_check_runs_count"):
@@ -50,9 +87,15 @@ def _suite_state(suite: Mapping[str, Any]) -> Verdict | None:
 
 
 def failing_checks(
-    check_runs: Iterable[Mapping[str, Any]], combined_status: Mapping[str, Any] | None
+    check_runs: Iterable[Mapping[str, Any]],
+    combined_status: Mapping[str, Any] | None,
+    required: Collection[str] = (),
 ) -> list[CheckSummary]:
-    """Return what failed on a head: its failing check runs and commit statuses."""
+    """Return what failed on a head: its failing check runs and commit statuses.
+
+    With required checks named, only those count: an optional check's failure is
+    not the agent's to fix.
+    """
     failing = [
         CheckSummary(
             name=str(run.get("name", "check")),
@@ -73,4 +116,4 @@ def failing_checks(
         for status in (combined_status or {}).get("statuses", [])
         if status.get("state") in ("failure", "error")
     ]
-    return failing
+    return [check for check in failing if not required or check.name in required]

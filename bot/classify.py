@@ -77,6 +77,7 @@ _BY_STOP_REASON: dict[str, FailureClass] = {
     "provider_transient": FailureClass.PROVIDER_TRANSIENT,
     "cli_missing": FailureClass.ENV_START_FAILURE,
     "cli_usage_error": FailureClass.ENV_START_FAILURE,
+    "setup_failed": FailureClass.ENV_START_FAILURE,  # often a registry or network hiccup
     "cancelled": FailureClass.ADMIN_KILL,
 }
 

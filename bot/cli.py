@@ -9,11 +9,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bot.agents import AgentConfigError
+from bot.manifest import DEFAULT_MANIFEST_PATH
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store import Store, StoreError
 
 log = logging.getLogger("baton")
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+LOG_FORMAT_VARIABLE = "BATON_LOG_FORMAT"  # read before settings: the first lines need it
 
 
 class CommandError(Exception):
@@ -21,8 +22,17 @@ class CommandError(Exception):
 
 
 def configure_logging(verbose: bool = False) -> None:
-    """Log one line per event to stderr."""
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT)
+    """Log one line per event to stderr: a JSON object, or text with BATON_LOG_FORMAT=text."""
+    import os
+
+    from bot.logs import install, log_format_named
+
+    try:
+        log_format = log_format_named(os.environ.get(LOG_FORMAT_VARIABLE, "json"))
+    except ValueError as exc:
+        print(f"baton: {LOG_FORMAT_VARIABLE}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+    install(log_format, logging.DEBUG if verbose else logging.INFO)
 
 
 def _connected_store(settings: Settings) -> Store:
@@ -65,6 +75,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         raise CommandError(f"unknown queue(s) {sorted(unknown)}; Baton's queues are {QUEUES}")
     # Import the jobs once here, so each job's forked work horse starts with them loaded.
     import jobs.chains
+    import jobs.config
     import jobs.labels
     import jobs.run
     import jobs.settle
@@ -84,63 +95,58 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_clock(args: argparse.Namespace) -> int:
+    """Keep time: sweep on schedule and move scheduled jobs onto their queues."""
+    import signal
+    import threading
+    from types import FrameType
+
+    from bot.clock import keep_time
+    from bot.dispatch import Dispatcher
+    from bot.recovery import Services
+
+    settings = load_settings()
+    store = _connected_store(settings)
+    settings.app_id  # noqa: B018 - the sweep reads GitHub as the App
+    settings.private_key  # noqa: B018
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("baton clock stopping (%s)", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    log.info("baton clock: sweeping every %.0fs", settings.sweep_interval_seconds)
+    keep_time(Services(settings, store, Dispatcher.from_url(settings.redis_url, settings)), stop)
+    return 0
+
+
 def cmd_sandbox(args: argparse.Namespace) -> int:
     """Serve the sandbox GitHub."""
+    from bot.manifest import ManifestError, load_manifest
     from bot.sandbox.server import serve
 
-    serve(args.port, args.data_dir, args.webhook_url, host=args.host)
+    try:
+        manifest = load_manifest(args.manifest)
+    except ManifestError as exc:
+        raise CommandError(str(exc)) from exc
+    serve(args.port, args.data_dir, args.webhook_url, host=args.host, manifest=manifest)
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Print what Baton is doing."""
-    from rq import Worker
-
-    from bot.chains import link_status
     from bot.dispatch import Dispatcher
-    from bot.model import Run, utcnow
-    from bot.render import duration
+    from bot.model import utcnow
+    from bot.overview import gather_overview
+    from bot.status_page import render_status_text
 
     settings = load_settings()
     store = _connected_store(settings)
     dispatch = Dispatcher.from_url(settings.redis_url, settings)
     now = utcnow()
-    depths = ", ".join(f"{name} {count}" for name, count in dispatch.depths().items())
-    print(f"queues: {depths}")
-    print(f"workers: {len(Worker.all(connection=dispatch.connection))}")
-    for what, at in sorted(store.marks().items()):
-        print(f"last {what}: {at}")
-    for repo, since, held_starts, settled in store.pauses():
-        print(
-            f"{repo}: paused since {since:%Y-%m-%d %H:%M} UTC — nothing admitted "
-            f"({held_starts} held), {settled} settled"
-        )
-    for held, issues in (("halted", store.halts()), ("waiting", store.waits())):
-        for issue, until in issues:
-            print(f"{held} until {until:%Y-%m-%d %H:%M} UTC: {issue}")
-    for chain in store.chains():
-        links = ", ".join(
-            f"#{n} {link_status(store.latest_run(chain.issue(n)), issue_open=True).value}"
-            for n in chain.links
-        )
-        print(f"chain {chain.chain_id}: {links}")
-    runs = store.recent_runs(args.limit)
-    if not runs:
-        print("no runs yet")
-    by_repo: dict[str, list[Run]] = {}
-    for run in runs:
-        by_repo.setdefault(run.issue.repo, []).append(run)
-    for repo, repo_runs in sorted(by_repo.items()):
-        live = sum(1 for run in repo_runs if run.state.is_live)
-        print(f"{repo}: {live} live, recent runs:")
-        for run in repo_runs:
-            pr = f" {run.pr_url}" if run.pr_url else ""
-            reason = f" ({run.failure_class}: {run.reason})" if run.failure_class else ""
-            took = duration(run.wall_clock(now))
-            print(
-                f"  #{run.issue.number} attempt {run.attempt:<3} {run.state.value:<15} "
-                f"{took:>9}{' so far' if run.state.is_live else ''}{pr}{reason}"
-            )
+    print(render_status_text(gather_overview(store, dispatch, now, args.limit), now), end="")
     return 0
 
 
@@ -207,6 +213,34 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(keep=args.keep, workdir=args.workdir)
 
 
+def cmd_setup(args: argparse.Namespace) -> int:
+    """Register Baton's GitHub App from app.yml and write its credentials to the env file."""
+    from bot.manifest import ManifestError, api_url_for
+    from bot.manifest_flow import SetupOptions, run_setup
+
+    options = SetupOptions(
+        port=args.port,
+        github_url=args.github_url.rstrip("/"),
+        api_url=args.api_url or api_url_for(args.github_url),
+        org=args.org,
+        env_file=args.env_file.resolve(),
+        webhook_url=args.webhook_url,
+        manifest_path=args.manifest,
+    )
+    try:
+        run_setup(options)
+    except ManifestError as exc:
+        raise CommandError(str(exc)) from exc
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Check the settings, Redis, git, the App's credentials, the agent and the disk."""
+    from bot.doctor import run_doctor
+
+    return run_doctor()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser for every subcommand."""
     parser = argparse.ArgumentParser(prog="baton", description=__doc__)
@@ -228,11 +262,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="queues to work, in priority order",
     )
     worker.add_argument("--burst", action="store_true", help="stop when the queues are empty")
+    add("clock", cmd_clock)
     sandbox = add("sandbox", cmd_sandbox)
     sandbox.add_argument("--port", type=int, default=8765)
     sandbox.add_argument("--host", default="127.0.0.1")
     sandbox.add_argument("--data-dir", type=Path, required=True)
     sandbox.add_argument("--webhook-url", default=None)
+    sandbox.add_argument(
+        "--manifest",
+        type=Path,
+        default=DEFAULT_MANIFEST_PATH,
+        help="the App manifest whose permissions and events Baton's App gets (app.yml)",
+    )
     status = add("status", cmd_status)
     status.add_argument("--limit", type=int, default=20, help="how many recent runs to list")
     resume = add("resume", cmd_resume)
@@ -248,6 +289,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo = add("demo", cmd_demo)
     demo.add_argument("--keep", action="store_true", help="leave the processes running at the end")
     demo.add_argument("--workdir", type=Path, default=None, help="where to keep the demo's files")
+    setup = add("setup", cmd_setup)
+    setup.add_argument("--port", type=int, default=3000, help="port of the local setup page")
+    setup.add_argument("--github-url", default="https://github.com", help="the GitHub to use")
+    setup.add_argument("--api-url", default=None, help="its REST API (default: derived)")
+    setup.add_argument("--org", default=None, help="register the App for this organization")
+    setup.add_argument("--env-file", type=Path, default=Path(".env"), help="where to write")
+    setup.add_argument("--webhook-url", default=None, help="where GitHub delivers webhooks")
+    setup.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST_PATH, help="app.yml")
+    add("doctor", cmd_doctor)
     return parser
 
 

@@ -8,14 +8,22 @@ deployment's own setting in force.
 from __future__ import annotations
 
 import difflib
+import shlex
 import types
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import annotated_types
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 
 from bot.settings import Settings
@@ -36,6 +44,17 @@ class _FileModel(BaseModel):
         if isinstance(data, dict):
             return {key: value for key, value in data.items() if value is not None}
         return data
+
+
+def _splits_into_words(command: str) -> str:
+    """Refuse a setup command that cannot be split into words, or holds none."""
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise ValueError(f"cannot split `{command}` into words: {exc}") from exc
+    if not words:
+        raise ValueError("a setup command is empty")
+    return command
 
 
 class AgentConfig(_FileModel):
@@ -68,9 +87,51 @@ class AgentConfig(_FileModel):
     )
 
 
+_LabelName = Annotated[str, Field(min_length=1, max_length=50)]  # GitHub's own limits
+
+
+class LabelsConfig(_FileModel):
+    """The labels Baton reads and shows an issue's state with, on this repository."""
+
+    queue: _LabelName | None = Field(
+        default=None,
+        description="The label a maintainer adds to hand an issue to Baton. "
+        "Unset: `BATON_QUEUE_LABEL` (`baton:queue`).",
+    )
+    in_progress: _LabelName | None = Field(
+        default=None,
+        description="Shown while an attempt runs. Unset: `BATON_IN_PROGRESS_LABEL`.",
+    )
+    review: _LabelName | None = Field(
+        default=None,
+        description="Shown once the pull request is green and waits for review. "
+        "Unset: `BATON_REVIEW_LABEL`.",
+    )
+    halted: _LabelName | None = Field(
+        default=None,
+        description="Shown while a usage window holds the issue. Unset: `BATON_HALTED_LABEL`.",
+    )
+    escalated: _LabelName | None = Field(
+        default=None,
+        description="Shown when Baton hands the issue to a maintainer. "
+        "Unset: `BATON_ESCALATED_LABEL`.",
+    )
+
+    @model_validator(mode="after")
+    def _distinct(self) -> LabelsConfig:
+        named = [value for value in vars(self).values() if value is not None]
+        if len(set(named)) != len(named):
+            raise ValueError("each of Baton's labels needs a name of its own")
+        return self
+
+
 class RepoConfig(_FileModel):
     """A repository's own settings for Baton, read from `.github/baton.yml`."""
 
+    labels: LabelsConfig = Field(
+        default_factory=LabelsConfig,
+        description="The labels Baton uses on this repository: the `labels.*` keys.",
+    )
     agent: AgentConfig = Field(
         default_factory=AgentConfig,
         description="The agent Baton runs on this repository's issues: the `agent.*` keys.",
@@ -122,6 +183,28 @@ class RepoConfig(_FileModel):
     escalation_mentions: list[str] | None = Field(
         default=None,
         description="Logins @mentioned in escalation comments. Unset: `BATON_ESCALATION_MENTIONS`.",
+    )
+    max_concurrent_runs: int | None = Field(
+        default=None,
+        ge=1,
+        description="The most agent runs at once on this repository's issues; an issue "
+        "queued past it waits for a run to end. Unset: `BATON_MAX_CONCURRENT_RUNS_PER_REPO` "
+        "(no limit but the deployment's workers, unless set).",
+    )
+    required_checks: list[str] | None = Field(
+        default=None,
+        description="The checks a pull request must pass to count as green, by check-run "
+        "name or commit-status context. Only these are waited for, and only their failures "
+        "go back to the agent. Unset: `BATON_REQUIRED_CHECKS` (every check suite and commit "
+        "status on the head, unless set).",
+    )
+    setup: list[Annotated[str, AfterValidator(_splits_into_words)]] | None = Field(
+        default=None,
+        description="Commands run in order in the worktree before each attempt's agent starts "
+        "(install dependencies, generate code). Each is split into words as a shell would "
+        "and run as its own process, with the agent's environment and no shell: for `&&` or "
+        "pipes, write `sh -c '...'`. A command that fails ends the attempt as an environment "
+        "failure, tried again later. Unset: no setup.",
     )
 
 
@@ -196,6 +279,13 @@ def apply_repo_config(settings: Settings, config: RepoConfig) -> Settings:
         "max_cost_usd": config.max_cost_usd,
         "escalation_mentions": config.escalation_mentions,
         "halt_on_usage_window": config.halt_on_usage_window,
+        "max_concurrent_runs_per_repo": config.max_concurrent_runs,
+        "required_checks": config.required_checks,
+        "queue_label": config.labels.queue,
+        "in_progress_label": config.labels.in_progress,
+        "review_label": config.labels.review,
+        "halted_label": config.labels.halted,
+        "escalated_label": config.labels.escalated,
     }
     if config.wall_clock_minutes is not None:
         overrides["agent_wall_clock_minutes"] = min(
@@ -395,6 +485,19 @@ strict_preflight: false
 escalation_mentions:
   - octocat
   - hubot
+max_concurrent_runs: 2
+required_checks:
+  - test (3.12)
+  - lint
+setup:
+  - npm ci
+  - sh -c 'make generate && make schema'
+labels:
+  queue: agent:go
+  in_progress: agent:working
+  review: agent:review
+  halted: agent:halted
+  escalated: agent:help
 """
 
 
@@ -459,6 +562,8 @@ _NAMES: dict[object, str] = {str: "string", int: "integer", float: "number", boo
 def _annotation_name(annotation: Any) -> str:
     origin = get_origin(annotation)
     args = get_args(annotation)
+    if origin is Annotated:  # a validated value: named by what it is
+        return _annotation_name(args[0])
     if origin in (Union, types.UnionType):
         return " or ".join(_annotation_name(arg) for arg in args if arg is not type(None))
     if origin is Literal:

@@ -116,6 +116,8 @@ def run_demo(keep: bool, workdir: Path | None) -> int:
         workdir=workdir,
         redis_url=redis_url,
         agent_command=f"{sys.executable} -m bot.demo_agent",
+        # The demo shows a person its logs (and their tails if it fails): text reads better.
+        extra_env={"BATON_LOG_FORMAT": "text"},
     )
     timeline = Timeline()
     try:

@@ -124,6 +124,13 @@ def issue_closed_job(issue: IssueRef) -> JobSpec:
     )
 
 
+def repo_config_job(installation_id: int, repo: str, sha: str) -> JobSpec:
+    """Return the job that reads a repository's Baton file as a push left it."""
+    return _event_job(
+        "config.read_repo_config", (installation_id, repo, sha), f"config {repo}@{sha[:12]}"
+    )
+
+
 def queue_chain_job(issue: IssueRef, key: str) -> JobSpec:
     """Return the job that plans the chain a queued issue names, and starts its first link."""
     return JobSpec(

@@ -14,6 +14,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bot.logs import redact
+
 log = logging.getLogger(__name__)
 
 GIT_TIMEOUT_S = 600.0
@@ -106,19 +108,13 @@ class Git:
             raise GitError(
                 _mask(argv, secrets),
                 proc.returncode or 1,
-                _mask_text(err.decode(errors="replace"), secrets),
+                redact(err.decode(errors="replace"), secrets),
             )
         return out.decode(errors="replace")
 
 
-def _mask_text(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return text
-
-
 def _mask(argv: list[str], secrets: list[str]) -> list[str]:
-    return [_mask_text(arg, secrets) for arg in argv]
+    return [redact(arg, secrets) for arg in argv]
 
 
 @asynccontextmanager
@@ -193,6 +189,8 @@ class Workspace:
     async def remove(self, repo: str, number: int) -> None:
         """Remove the issue's worktree, if it exists."""
         mirror = self.mirror_path(repo)
+        if not mirror.exists():
+            return  # this machine never worked on the repository: nothing of it is here
         path = self.worktree_path(repo, number)
         async with _file_lock(mirror.with_suffix(".lock")):
             if path.exists():

@@ -13,6 +13,7 @@ import aiohttp
 from gidgethub import HTTPException, apps
 from gidgethub.aiohttp import GitHubAPI
 
+from bot.metrics import GITHUB_API_CALLS, GITHUB_RATE_LIMIT_REMAINING, Tally
 from bot.model import utcnow
 from bot.settings import Settings
 from bot.store import Store
@@ -53,9 +54,30 @@ def retry_delay(
 
 
 class GitHubClient(GitHubAPI):
-    """gidgethub's aiohttp client, retrying 5xx and secondary rate limits."""
+    """gidgethub's aiohttp client, retrying 5xx and secondary rate limits, its calls tallied."""
 
     retry_base_s = 0.5
+
+    def __init__(
+        self, session: aiohttp.ClientSession, requester: str, *, tally: Tally, **options: Any
+    ) -> None:
+        super().__init__(session, requester, **options)
+        self._tally = tally
+
+    async def _request(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes = b""
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """Make one HTTP request, counting it by method and status class (in memory)."""
+        try:
+            status, response_headers, data = await super()._request(method, url, headers, body)
+        except (aiohttp.ClientError, TimeoutError):
+            self._tally.count(GITHUB_API_CALLS, method, "error")
+            raise
+        self._tally.count(GITHUB_API_CALLS, method, f"{status // 100}xx")
+        remaining = response_headers.get("x-ratelimit-remaining", "")
+        if remaining.isdigit():
+            self._tally.set(GITHUB_RATE_LIMIT_REMAINING, int(remaining))
+        return status, response_headers, data
 
     async def handle_rate_limit_error(
         self, *, method: str, url: str, exception: HTTPException, attempt: int
@@ -84,10 +106,13 @@ class GitHubClient(GitHubAPI):
 class GitHubApp:
     """One GitHub App: its JWT, its installations' tokens and clients."""
 
-    def __init__(self, settings: Settings, store: Store, session: aiohttp.ClientSession) -> None:
+    def __init__(
+        self, settings: Settings, store: Store, session: aiohttp.ClientSession, tally: Tally
+    ) -> None:
         self._settings = settings
         self._store = store
         self._session = session
+        self._tally = tally
 
     @property
     def identity(self) -> str:
@@ -96,7 +121,11 @@ class GitHubApp:
 
     def _client(self, **auth: Any) -> GitHubClient:
         return GitHubClient(
-            self._session, USER_AGENT, base_url=self._settings.github_api_url.rstrip("/"), **auth
+            self._session,
+            USER_AGENT,
+            tally=self._tally,
+            base_url=self._settings.github_api_url.rstrip("/"),
+            **auth,
         )
 
     def app_client(self) -> GitHubClient:
@@ -137,7 +166,14 @@ class GitHubApp:
 
 @asynccontextmanager
 async def github_app(settings: Settings, store: Store) -> AsyncIterator[GitHubApp]:
-    """Open an HTTP session for the duration of one job and yield the App on it."""
+    """Open an HTTP session for the duration of one job and yield the App on it.
+
+    Its API calls are counted in memory and written to the metrics once, as it ends.
+    """
     timeout = aiohttp.ClientTimeout(total=60, connect=10)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        yield GitHubApp(settings, store, session)
+    tally = Tally()
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            yield GitHubApp(settings, store, session, tally)
+    finally:
+        store.add_metrics(tally)

@@ -160,6 +160,7 @@ class AgentResult(BaseModel):
         "auth",
         "cli_missing",
         "cli_usage_error",
+        "setup_failed",
         "resume_miss",
         "no_result",
         "cli_error",
@@ -214,6 +215,28 @@ class Limits(BaseModel):
         return 1 + self.max_continuations
 
 
+class Labels(BaseModel):
+    """The labels that show where an issue stands with Baton."""
+
+    model_config = ConfigDict(frozen=True)
+
+    queue: str = "baton:queue"
+    in_progress: str = "baton:in-progress"
+    review: str = "baton:review"
+    halted: str = "baton:halted"
+    escalated: str = "baton:escalated"
+
+    @property
+    def states(self) -> frozenset[str]:
+        """Return every label Baton uses to show where an issue stands."""
+        return frozenset({self.queue, self.in_progress, self.review, self.halted, self.escalated})
+
+    @property
+    def active(self) -> frozenset[str]:
+        """Return the labels of an issue Baton works on; a human removing them withdraws it."""
+        return self.states - {self.escalated}
+
+
 class Policy(BaseModel):
     """What applied to an attempt, recorded on its run so every later step of it agrees.
 
@@ -226,6 +249,10 @@ class Policy(BaseModel):
     limits: Limits = Field(default_factory=lambda: Limits())
     account: str = Field(description="the provider account the agent spends")
     escalation_mentions: tuple[str, ...] = ()
+    labels: Labels = Field(default_factory=lambda: Labels())
+    required_checks: tuple[str, ...] = Field(
+        default=(), description="the checks that decide green; empty: every check on the head"
+    )
 
 
 class Run(BaseModel):
@@ -235,6 +262,7 @@ class Run(BaseModel):
     attempt: int = Field(gt=0)
     state: RunState
     branch: str
+    title: str | None = Field(default=None, description="the issue's title when it was claimed")
     history: list[StateChange] = Field(default_factory=list)
     base_branch: str | None = None
     base_sha: str | None = None

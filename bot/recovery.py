@@ -20,6 +20,7 @@ from bot.dispatch import Dispatcher, JobSpec, RunMode, run_issue_job
 from bot.git import Git, Identity, Workspace
 from bot.github import GitHubClient
 from bot.labels import set_state_label
+from bot.metrics import ESCALATIONS, HALTS, Tally
 from bot.model import IssueRef, Limits, Policy, Recovery, Run, RunState, utcnow
 from bot.render import CheckSummary
 from bot.resume import Halt, ResumePlan, plan_resumes
@@ -165,25 +166,23 @@ async def _perform(
     decision: Decision,
     checks: Sequence[CheckSummary],
 ) -> None:
-    settings, issue = services.settings, run.issue
+    issue, labels = run.issue, policy_of(services, run).labels
     action = decision.action
     if action in (Recovery.CONTINUE, Recovery.REQUEUE, Recovery.RETRY, Recovery.BACKOFF):
         live = label_names(await read_issue(gh, issue))
-        if not live & settings.active_labels:
+        if not live & labels.active:
             # A human took Baton's labels off: the issue was withdrawn. Never put it back.
             log.info("%s: withdrawn by a maintainer; not starting another attempt", issue)
-            await set_state_label(
-                gh, services.store, services.dispatch, settings, issue, None, live
-            )
+            await set_state_label(gh, services.store, services.dispatch, labels, issue, None, live)
             await report(services, gh, run, "nothing: a maintainer withdrew the issue", checks)
             return
         await set_state_label(
-            gh, services.store, services.dispatch, settings, issue, settings.in_progress_label, live
+            gh, services.store, services.dispatch, labels, issue, labels.in_progress, live
         )
         next_step = _dispatch_next(services, run, action)
         await report(services, gh, run, next_step, checks)
     elif action is Recovery.NONE:
-        await set_state_label(gh, services.store, services.dispatch, settings, issue, None)
+        await set_state_label(gh, services.store, services.dispatch, labels, issue, None)
         await report(services, gh, run, "nothing: the run was stopped", checks)
     elif action is Recovery.HALT:
         await _halt(services, gh, run)
@@ -248,6 +247,7 @@ async def _halt(services: Services, gh: GitHubClient, run: Run) -> None:
         ),
     )
     assert halted is not None
+    services.store.add_metrics(Tally().count(HALTS))
     reentry = spend(services.store.runs(issue)).reentries
     policy = policy_of(services, run)
     # The window is the account's: no other run that would spend it starts before it reopens.
@@ -255,7 +255,7 @@ async def _halt(services: Services, gh: GitHubClient, run: Run) -> None:
     services.store.record_halt(issue, resume_at)
     services.dispatch.enqueue_at(resume_job(settings, issue, run.attempt), resume_at)
     await set_state_label(
-        gh, services.store, services.dispatch, settings, issue, settings.halted_label
+        gh, services.store, services.dispatch, policy.labels, issue, policy.labels.halted
     )
     await report(
         services,
@@ -292,11 +292,12 @@ async def escalate(
     checks: Sequence[CheckSummary] = (),
 ) -> None:
     """Hand the issue to a human: Baton's labels off, `escalated` on, one comment, once."""
-    settings, store, issue = services.settings, services.store, run.issue
+    store, issue = services.store, run.issue
     store.update_run(
         issue, run.attempt, lambda current: current.model_copy(update={"escalated": True})
     )
-    await set_state_label(gh, store, services.dispatch, settings, issue, settings.escalated_label)
+    labels = policy_of(services, run).labels
+    await set_state_label(gh, store, services.dispatch, labels, issue, labels.escalated)
     await report(services, gh, run, f"a maintainer: {reason}", checks)
     reason_key = run.failure_class or "escalated"
     if not store.first_escalation(issue, reason_key, run.attempt):
@@ -312,6 +313,7 @@ async def escalate(
         store.forget_escalation(issue, reason_key, run.attempt)  # a retry posts it
         raise
     log.warning("%s: escalated after attempt %d: %s", issue, run.attempt, reason)
+    store.add_metrics(Tally().count(ESCALATIONS, reason_key))
     chain = store.chain_of(issue)
     if chain is not None:
         services.dispatch.advance_chain(chain, f"escalated-{issue.number}-{run.attempt}")

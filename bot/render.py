@@ -205,6 +205,23 @@ def waiting_comment(account: str, reopens_at: datetime, now: datetime) -> str:
     )
 
 
+def slot_wait_comment(repo: str, limit: int, retry_at: datetime, now: datetime) -> str:
+    """Return the status comment of an issue that waits, unstarted, for a run slot."""
+    runs = "run" if limit == 1 else "runs"
+    return "\n".join(
+        [
+            STATUS_MARKER,
+            "**Baton** · waiting for a run slot",
+            "",
+            f"`{repo}` allows {limit} agent {runs} at once (`max_concurrent_runs`), and "
+            f"{limit} {'is' if limit == 1 else 'are'} under way; this issue starts when one "
+            "ends. Nothing was spent.",
+            "",
+            f"Next: looking again at {instant(retry_at, now)}.",
+        ]
+    )
+
+
 def refusal_comment(reason: str) -> str:
     """Return the status comment of an issue Baton refused to start, and why."""
     return "\n".join([STATUS_MARKER, "**Baton** · not started", "", reason])

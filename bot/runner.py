@@ -12,6 +12,7 @@ from gidgethub import HTTPException
 
 from bot import render
 from bot.agents import AgentConfigError, AgentRequest, adapter_for
+from bot.agents.setup import run_setup
 from bot.chainwork import stack_base
 from bot.checks import failing_checks
 from bot.classify import Ending, RunFacts
@@ -20,8 +21,10 @@ from bot.dispatch import RunMode, run_issue_job
 from bot.git import GitError, branch_name
 from bot.github import GitHubApp, GitHubClient, github_app
 from bot.labels import set_state_label
+from bot.logs import log_context
+from bot.metrics import agent_usage
 from bot.model import AgentResult, IssueRef, Run, RunState, utcnow
-from bot.recovery import Services, conclude, post_status, report
+from bot.recovery import Services, conclude, policy_of, post_status, report
 from bot.render import Continuation, ReviewComment, ReviewSummary
 from bot.store import Claim, LockLost
 from bot.tracker import (
@@ -36,6 +39,7 @@ from bot.tracker import (
 log = logging.getLogger(__name__)
 
 CLAIM_RETRY_S = 30.0
+SLOT_RETRY_S = 30.0
 STOP_POLL_S = 1.0
 
 
@@ -65,6 +69,7 @@ async def run_issue(
         async with github_app(services.settings, services.store) as app:
             return await _Attempt(services, app, claim, mode, after).execute()
     finally:
+        services.store.release_run_slot(issue)
         services.store.release(claim)
 
 
@@ -114,25 +119,32 @@ class _Attempt:
         self.after = after
         self.stopped = False
         self.pushed_tip: str | None = None  # the branch's tip on GitHub, as Baton last pushed
+        self.setup_commands: tuple[str, ...] = ()
 
     async def execute(self) -> Run | None:
         await self.app.learn_bot_login()  # so the web process can tell Baton's own events apart
         gh = await self.app.for_installation(self.issue.installation_id)
         data = await read_issue(gh, self.issue)
         labels = label_names(data)
+        repo = await gh.getitem("/repos/{+repo}", {"repo": self.issue.repo})
+        base = str(repo["default_branch"])
+        # The repository's file first: it may name the labels the issue is judged by.
+        try:
+            config = await load_repo_config(gh, self.store, self.issue.repo, base)
+        except InvalidRepoConfig as exc:
+            invalid: InvalidRepoConfig | None = exc
+        else:
+            invalid = None
+            self.settings = apply_repo_config(self.settings, config)
+            self.setup_commands = tuple(config.setup or ())
         try:
             previous = self._predecessor(data, labels)
         except _NotNow as why:
             log.info("%s: not starting a %s run: %s", self.issue, self.mode.value, why)
             return None
-        repo = await gh.getitem("/repos/{+repo}", {"repo": self.issue.repo})
-        base = str(repo["default_branch"])
-        try:
-            config = await load_repo_config(gh, self.store, self.issue.repo, base)
-        except InvalidRepoConfig as exc:
-            await self._refuse_config(gh, exc, base)
+        if invalid is not None:
+            await self._refuse_config(gh, invalid, base)
             return None
-        self.settings = apply_repo_config(self.settings, config)
         try:
             base = await self._stack_base(gh, base, str(repo["clone_url"]))
         except _Refused as why:
@@ -143,6 +155,10 @@ class _Attempt:
         if reopens_at is not None and policy.limits.halt_on_usage_window:
             await self._wait_for_window(gh, policy.account, reopens_at, labels)
             return None
+        slots = self.settings.max_concurrent_runs_per_repo
+        if slots is not None and not self.store.take_run_slot(self.issue, slots):
+            await self._wait_for_slot(gh, slots)
+            return None
         attempt = self.store.next_attempt(self.claim)
         branch = previous.branch if previous else branch_name(self.issue.number, data["title"])
         run = Run.claimed(self.issue, attempt, branch, utcnow()).model_copy(
@@ -152,22 +168,43 @@ class _Attempt:
                 else None,
                 "queued_fresh": self.mode in (RunMode.FRESH, RunMode.CHAIN),
                 "policy": policy,
+                "title": str(data["title"]),
             }
         )
         if self.mode is RunMode.CONTINUE and previous is not None:
             run = run.model_copy(update=await inherit_open_pr(gh, previous))
+        with log_context(run_id=run.run_id, attempt=attempt):
+            return await self._begin(gh, run, data, labels, previous, base, str(repo["clone_url"]))
+
+    async def _begin(
+        self,
+        gh: GitHubClient,
+        run: Run,
+        data: dict[str, Any],
+        labels: set[str],
+        previous: Run | None,
+        base: str,
+        clone_url: str,
+    ) -> Run | None:
+        """Record the claimed attempt, show it on the issue, and do its work."""
         self.store.save_run(run, self.claim)
         self.store.clear_stop(self.issue)
         self.store.clear_halt(self.issue)
         self.store.clear_wait(self.issue)
         self.store.mark("dispatch", utcnow())
-        log.info("%s: attempt %d (%s) claimed on %s", self.issue, attempt, self.mode.value, branch)
+        log.info(
+            "%s: attempt %d (%s) claimed on %s",
+            self.issue,
+            run.attempt,
+            self.mode.value,
+            run.branch,
+        )
         # In-progress goes on before any work starts: a crash never makes it look unclaimed.
-        await self._label(gh, self.settings.in_progress_label, labels)
+        await self._label(gh, self.settings.labels.in_progress, labels)
         await report(self.services, gh, run)
         heartbeat = asyncio.create_task(self._heartbeat())
         try:
-            return await self._work(gh, run, data, previous, base, str(repo["clone_url"]))
+            return await self._work(gh, run, data, previous, base, clone_url)
         except LockLost:
             log.warning("%s: lost the issue's lock; stopping without touching GitHub", self.issue)
             return None
@@ -187,13 +224,26 @@ class _Attempt:
         self.store.record_wait(self.issue, reopens_at)
         if self.mode is not RunMode.FRESH:
             # A fresh run keeps the queue label it starts from; a recovery shows it is held.
-            await self._label(gh, self.settings.halted_label, labels)
+            await self._label(gh, self.settings.labels.halted, labels)
         await post_status(
             self.services, gh, self.issue, render.waiting_comment(account, reopens_at, utcnow())
         )
         log.info(
             "%s: %s's usage window is closed; waiting until %s", self.issue, account, reopens_at
         )
+
+    async def _wait_for_slot(self, gh: GitHubClient, limit: int) -> None:
+        """Start nothing while the repository's runs fill its slots; look again shortly."""
+        retry_at = utcnow() + timedelta(seconds=SLOT_RETRY_S)
+        key = f"slot-{int(retry_at.timestamp())}"
+        self.services.dispatch.enqueue_at(
+            run_issue_job(self.settings, self.issue, key, self.mode, self.after), retry_at
+        )
+        if not self.store.is_waiting(self.issue):  # said once, not every time it looks
+            comment = render.slot_wait_comment(self.issue.repo, limit, retry_at, utcnow())
+            await post_status(self.services, gh, self.issue, comment)
+        self.store.record_wait(self.issue, retry_at)
+        log.info("%s: %s's %d run slots are taken; waiting", self.issue, self.issue.repo, limit)
 
     async def _stack_base(self, gh: GitHubClient, base: str, clone_url: str) -> str:
         """Return the branch a chain link builds on: its predecessor's, while that is unmerged.
@@ -229,13 +279,13 @@ class _Attempt:
     async def _label(self, gh: GitHubClient, label: str, labels: set[str] | None = None) -> None:
         """Make label the issue's one Baton state label (labels: what it carries, if known)."""
         await set_state_label(
-            gh, self.store, self.services.dispatch, self.settings, self.issue, label, labels
+            gh, self.store, self.services.dispatch, self.settings.labels, self.issue, label, labels
         )
 
     async def _refuse(self, gh: GitHubClient, reason: str, comment: str | None) -> None:
         """Start nothing: the issue is a maintainer's to act on; comment says why, if given."""
         log.warning("%s: not starting: %s", self.issue, reason)
-        await self._label(gh, self.settings.escalated_label)
+        await self._label(gh, self.settings.labels.escalated)
         if comment is not None:
             await post_status(self.services, gh, self.issue, comment)
 
@@ -252,8 +302,8 @@ class _Attempt:
         if "pull_request" in data or data["state"] != "open":
             raise _NotNow("not an open issue")
         if self.mode is RunMode.FRESH:
-            if self.settings.queue_label not in labels:
-                raise _NotNow(f"it no longer carries {self.settings.queue_label}")
+            if self.settings.labels.queue not in labels:
+                raise _NotNow(f"it no longer carries {self.settings.labels.queue}")
             return None
         if self.mode is RunMode.CHAIN:
             chain = self.store.chain_of(self.issue)
@@ -263,7 +313,7 @@ class _Attempt:
         latest = self.store.latest_run(self.issue)
         if latest is None or latest.attempt != self.after or latest.classification is None:
             raise _NotNow(f"attempt {self.after} is not the latest, concluded attempt")
-        if not labels & self.settings.active_labels:
+        if not labels & self.settings.labels.active:
             raise _NotNow("a maintainer withdrew it")
         return latest
 
@@ -295,6 +345,7 @@ class _Attempt:
         finally:
             checkpoints.cancel()
         run = run.model_copy(update={"agent_result": result})
+        self.store.add_metrics(agent_usage(result))
         await workspace.commit_leftovers(
             worktree, f"Work on #{self.issue.number} (Baton, attempt {run.attempt})"
         )
@@ -391,7 +442,8 @@ class _Attempt:
             url_vars = {"repo": self.issue.repo, "sha": previous.head_sha}
             runs = await gh.getitem("/repos/{+repo}/commits/{sha}/check-runs", url_vars)
             status = await gh.getitem("/repos/{+repo}/commits/{sha}/status", url_vars)
-            checks = failing_checks(runs["check_runs"], status)
+            required = policy_of(self.services, previous).required_checks
+            checks = failing_checks(runs["check_runs"], status, required)
         review = None
         if previous.review_id is not None and previous.pr_number is not None:
             review = await self._review(gh, previous.pr_number, previous.review_id)
@@ -452,6 +504,9 @@ class _Attempt:
             # machine; the brief alone is always enough when it cannot.
             resume_session_id=_previous_session(continuation),
         )
+        failed_setup = await run_setup(self.setup_commands, request, self.settings.agent)
+        if failed_setup is not None:
+            return failed_setup
         agent = asyncio.create_task(adapter_for(self.settings).run(request))
         watch = asyncio.create_task(self._watch_for_stop(agent))
         try:
@@ -542,6 +597,7 @@ class _Attempt:
             if not self.store.heartbeat(self.claim):
                 log.error("%s: heartbeat found the lock lost", self.issue)
                 return
+            self.store.refresh_run_slot(self.issue)
 
 
 def _previous_session(continuation: Continuation | None) -> str | None:

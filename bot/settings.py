@@ -1,7 +1,8 @@
-"""Process settings, read from the environment."""
+"""Process settings, read from the environment and from a .env file in the working directory."""
 
 from __future__ import annotations
 
+import contextlib
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
@@ -9,7 +10,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from bot.model import Limits, Policy
+from bot.logs import LogFormat, mask_secrets
+from bot.model import Labels, Limits, Policy
 
 
 class SettingsError(Exception):
@@ -19,7 +21,10 @@ class SettingsError(Exception):
 class Settings(BaseSettings):
     """Everything a Baton process needs to know about its deployment."""
 
-    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+    # A variable set in the environment wins over the same one in ./.env (`baton setup` writes it).
+    model_config = SettingsConfigDict(
+        extra="ignore", populate_by_name=True, env_file=".env", env_file_encoding="utf-8"
+    )
 
     github_app_id: str | None = Field(default=None, validation_alias="GITHUB_APP_ID")
     github_private_key: SecretStr | None = Field(
@@ -36,11 +41,23 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default=Path("var/baton"), validation_alias="BATON_DATA_DIR")
     port: int = Field(default=8000, validation_alias="PORT")
     demo_mode: bool = Field(default=False, validation_alias="BATON_DEMO")
+    log_format: LogFormat = Field(
+        default="json",
+        validation_alias="BATON_LOG_FORMAT",
+        description="How processes log: `json` (one object per line, with the delivery, "
+        "repository, issue, run and job it concerns) or `text`; secrets are masked in both.",
+    )
 
     bot_login: str | None = Field(
         default=None,
         validation_alias="BATON_BOT_LOGIN",
         description="The App's bot login (`<slug>[bot]`); learnt from GET /app when unset.",
+    )
+    operator_token: SecretStr | None = Field(
+        default=None,
+        validation_alias="BATON_OPERATOR_TOKEN",
+        description="The token that opens the web process's /status page and /metrics; "
+        "unset, both answer 404.",
     )
     queue_label: str = Field(default="baton:queue", validation_alias="BATON_QUEUE_LABEL")
     in_progress_label: str = Field(
@@ -74,6 +91,19 @@ class Settings(BaseSettings):
         validation_alias="BATON_HALT_ON_USAGE_WINDOW",
         description="Halt at a provider's usage window and resume when it reopens; "
         "false escalates instead.",
+    )
+    max_concurrent_runs_per_repo: int | None = Field(
+        default=None,
+        ge=1,
+        validation_alias="BATON_MAX_CONCURRENT_RUNS_PER_REPO",
+        description="The most agent runs at once on one repository's issues; unset, "
+        "no limit but the workers.",
+    )
+    required_checks: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        validation_alias="BATON_REQUIRED_CHECKS",
+        description="Check-run names or commit-status contexts a pull request must pass to "
+        "be green, comma-separated; unset, every check on the head counts.",
     )
     lock_ttl_seconds: float = Field(
         default=60.0,
@@ -137,7 +167,9 @@ class Settings(BaseSettings):
         validation_alias="BATON_GIT_AUTHOR_EMAIL",
     )
 
-    @field_validator("agent_passthrough_env", "escalation_mentions", mode="before")
+    @field_validator(
+        "agent_passthrough_env", "escalation_mentions", "required_checks", mode="before"
+    )
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         if isinstance(value, str):
@@ -185,23 +217,14 @@ class Settings(BaseSettings):
         )
 
     @property
-    def state_labels(self) -> frozenset[str]:
-        """Return every label Baton uses to show where an issue stands."""
-        return frozenset(
-            {
-                self.queue_label,
-                self.in_progress_label,
-                self.review_label,
-                self.halted_label,
-                self.escalated_label,
-            }
-        )
-
-    @property
-    def active_labels(self) -> frozenset[str]:
-        """Return the labels of an issue Baton works on; a human removing them withdraws it."""
-        return frozenset(
-            {self.queue_label, self.in_progress_label, self.review_label, self.halted_label}
+    def labels(self) -> Labels:
+        """Return the labels Baton shows an issue's state with."""
+        return Labels(
+            queue=self.queue_label,
+            in_progress=self.in_progress_label,
+            review=self.review_label,
+            halted=self.halted_label,
+            escalated=self.escalated_label,
         )
 
     @property
@@ -222,6 +245,8 @@ class Settings(BaseSettings):
             limits=self.limits,
             account=self.agent_account or self.agent,
             escalation_mentions=tuple(self.escalation_mentions),
+            labels=self.labels,
+            required_checks=tuple(self.required_checks),
         )
 
     @property
@@ -236,12 +261,21 @@ class Settings(BaseSettings):
 
 
 def load_settings() -> Settings:
-    """Read settings from the environment, turning a validation error into one line."""
+    """Read settings from the environment, turning a validation error into one line.
+
+    From then on, the deployment's secrets are masked in every log line.
+    """
     try:
-        return Settings()
+        settings = Settings()
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(part) for part in err['loc']) or 'settings'}: {err['msg']}"
             for err in exc.errors()
         )
         raise SettingsError(f"invalid settings: {problems}") from exc
+    secrets = (settings.github_webhook_secret, settings.github_private_key, settings.operator_token)
+    mask_secrets(secret.get_secret_value() for secret in secrets if secret is not None)
+    if settings.github_private_key_path is not None:
+        with contextlib.suppress(SettingsError):  # what needs the key says why it is unreadable
+            mask_secrets([settings.private_key])
+    return settings

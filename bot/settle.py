@@ -9,22 +9,31 @@ from __future__ import annotations
 import logging
 
 from bot.chainwork import link_green, link_merged
-from bot.checks import Verdict, checks_verdict, failing_checks
+from bot.checks import Verdict, checks_verdict, failing_checks, required_checks_verdict
 from bot.classify import RunFacts
 from bot.github import GitHubClient, github_app
-from bot.labels import set_state_label
+from bot.labels import set_state_label, take_state_labels_off
 from bot.lifecycle import close_pull, request_changes, settle_checks
 from bot.model import IssueRef, Run, RunState, utcnow
-from bot.recovery import Services, conclude, report
+from bot.recovery import Services, conclude, policy_of, report
 from bot.render import CheckSummary
 
 log = logging.getLogger(__name__)
 
 
-async def _checks(gh: GitHubClient, repo: str, sha: str) -> tuple[Verdict, list[CheckSummary]]:
+async def _checks(
+    gh: GitHubClient, repo: str, sha: str, required: tuple[str, ...]
+) -> tuple[Verdict, list[CheckSummary]]:
     url_vars = {"repo": repo, "sha": sha}
-    suites = await gh.getitem("/repos/{+repo}/commits/{sha}/check-suites", url_vars)
     status = await gh.getitem("/repos/{+repo}/commits/{sha}/status", url_vars)
+    if required:
+        runs = await gh.getitem("/repos/{+repo}/commits/{sha}/check-runs", url_vars)
+        verdict = required_checks_verdict(runs["check_runs"], status, required)
+        passed = [CheckSummary(name=name, conclusion="success") for name in required]
+        if verdict is Verdict.RED:
+            return verdict, failing_checks(runs["check_runs"], status, required)
+        return verdict, passed
+    suites = await gh.getitem("/repos/{+repo}/commits/{sha}/check-suites", url_vars)
     verdict = checks_verdict(suites["check_suites"], status)
     if verdict is not Verdict.RED:
         return verdict, [
@@ -49,7 +58,8 @@ async def settle_head(
         return None  # an older head, or a run that moved on: nothing to settle
     async with github_app(services.settings, services.store) as app:
         gh = await app.for_installation(installation_id)
-        verdict, checks = await _checks(gh, repo, head_sha)
+        required = policy_of(services, run).required_checks
+        verdict, checks = await _checks(gh, repo, head_sha, required)
         settled = services.store.update_run(
             issue, attempt, lambda current: settle_checks(current, head_sha, verdict, utcnow())
         )
@@ -59,13 +69,9 @@ async def settle_head(
         if services.store.paused_since(repo) is not None:
             services.store.count_paused_settlement(repo)
         if verdict is Verdict.GREEN:
+            labels = policy_of(services, settled).labels
             await set_state_label(
-                gh,
-                services.store,
-                services.dispatch,
-                services.settings,
-                issue,
-                services.settings.review_label,
+                gh, services.store, services.dispatch, labels, issue, labels.review
             )
             await report(services, gh, settled, checks=checks)
             await link_green(services, app, settled)  # what is stacked on it follows
@@ -114,7 +120,7 @@ async def settle_pull_closed(
         await services.workspace.remove(repo, issue.number)
     async with github_app(services.settings, services.store) as app:
         gh = await app.for_installation(installation_id)
-        await set_state_label(gh, services.store, services.dispatch, services.settings, issue, None)
+        await take_state_labels_off(gh, services, issue)
         await report(services, gh, closed)
         if merged:
             await link_merged(services, app, closed)
@@ -141,4 +147,4 @@ async def settle_issue_closed(services: Services, issue: IssueRef) -> None:
         log.warning("%s: closed by a human while attempt %d runs; stopping it", issue, run.attempt)
     async with github_app(services.settings, services.store) as app:
         gh = await app.for_installation(issue.installation_id)
-        await set_state_label(gh, services.store, services.dispatch, services.settings, issue, None)
+        await take_state_labels_off(gh, services, issue)

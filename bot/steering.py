@@ -17,7 +17,7 @@ from bot.dispatch import RunMode, run_issue_job
 from bot.github import GitHubClient, github_app
 from bot.labels import set_state_label
 from bot.model import IssueRef, utcnow
-from bot.recovery import Services, post_status, report
+from bot.recovery import Services, policy_of, post_status, report
 from bot.render import refusal_comment
 from bot.tracker import read_issue
 
@@ -139,7 +139,8 @@ async def _perform(
     data = await read_issue(gh, issue)
     if data["state"] != "open":
         return False
-    await set_state_label(gh, store, services.dispatch, settings, issue, settings.in_progress_label)
+    labels = policy_of(services, run).labels
+    await set_state_label(gh, store, services.dispatch, labels, issue, labels.in_progress)
     mode = RunMode.CONTINUE if run.head_sha else RunMode.RETRY
     services.dispatch.enqueue(
         [run_issue_job(settings, issue, f"command-{comment_id}", mode, run.attempt)]

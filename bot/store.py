@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -16,7 +17,10 @@ import redis
 import redis.asyncio
 from redis.exceptions import NoScriptError, WatchError
 
-from bot.model import Chain, IssueRef, Run, RunState
+from bot.metrics import MetricUpdate, Tally, run_duration, run_settled
+from bot.model import Chain, IssueRef, Labels, Run, RunState
+
+log = logging.getLogger(__name__)
 
 _PREFIX = "baton"
 DELIVERY_TTL_S = 7 * 24 * 3600  # GitHub lets a delivery be redelivered for days, not weeks
@@ -44,6 +48,18 @@ local fence = redis.call('INCR', KEYS[2])
 local token = fence .. '.' .. ARGV[1]
 redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
 return token
+"""
+# A repository's run slots: a sorted set of issue numbers scored by when each
+# slot lapses without a heartbeat, so a dead worker's slot frees itself.
+# ARGV: now (ms), member, limit, ttl (ms).
+_TAKE_SLOT = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+if redis.call('ZSCORE', KEYS[1], ARGV[2]) or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then
+  redis.call('ZADD', KEYS[1], tonumber(ARGV[1]) + tonumber(ARGV[4]), ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  return 1
+end
+return 0
 """
 _HEARTBEAT = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -144,6 +160,21 @@ def _run_key(issue: IssueRef, attempt: int) -> str:
     return _issue_key(issue, "run", str(attempt))
 
 
+def _metric_key(name: str) -> str:
+    return f"{_PREFIX}:metrics:{name}"
+
+
+def _queue_metrics(pipe: redis.client.Pipeline, updates: Sequence[MetricUpdate]) -> None:
+    for update in updates:
+        key = _metric_key(update.metric)
+        if update.how == "set":
+            pipe.hset(key, update.field, update.value)
+        elif update.how == "add_float":
+            pipe.hincrbyfloat(key, update.field, update.value)
+        else:
+            pipe.hincrby(key, update.field, int(update.value))
+
+
 class Store:
     """Typed access to Baton's Redis state."""
 
@@ -154,6 +185,7 @@ class Store:
         self._heartbeat = client.register_script(_HEARTBEAT)
         self._release = client.register_script(_RELEASE)
         self._close_window = client.register_script(_CLOSE_WINDOW)
+        self._take_slot = client.register_script(_TAKE_SLOT)
 
     @classmethod
     def from_url(cls, url: str, lock_ttl_ms: int = LOCK_TTL_MS) -> Store:
@@ -272,14 +304,17 @@ class Store:
     def save_run(self, run: Run, claim: Claim) -> None:
         """Write a run as the holder of its issue's lock; raise LockLost otherwise."""
         lock_key = _issue_key(claim.issue, "lock")
+        run_key = _run_key(run.issue, run.attempt)
         with self.redis.pipeline() as pipe:
             while True:
                 try:
-                    pipe.watch(lock_key)  # type: ignore[no-untyped-call]
+                    pipe.watch(lock_key, run_key)  # type: ignore[no-untyped-call]
                     if pipe.get(lock_key) != claim.token:
                         raise LockLost(f"{run.issue}: the lock is no longer held by this run")
+                    stored = pipe.get(run_key)
+                    before = Run.model_validate_json(stored).state if stored is not None else None
                     pipe.multi()
-                    self._queue_run_write(pipe, run)
+                    self._queue_run_write(pipe, run, before)
                     pipe.execute()
                     return
                 except WatchError:
@@ -321,12 +356,13 @@ class Store:
                     raw = pipe.get(key)
                     if raw is None:
                         return None
-                    new = change(Run.model_validate_json(raw))
+                    current = Run.model_validate_json(raw)
+                    new = change(current)
                     if new is None:
                         pipe.unwatch()
                         return None
                     pipe.multi()
-                    self._queue_run_write(pipe, new)
+                    self._queue_run_write(pipe, new, current.state)
                     pipe.execute()
                     return new
                 except WatchError:
@@ -347,9 +383,14 @@ class Store:
         raws = self.redis.mget(keys) if keys else []
         return [Run.model_validate_json(raw) for raw in raws if raw is not None]
 
-    def _queue_run_write(self, pipe: redis.client.Pipeline, run: Run) -> None:
+    def _queue_run_write(
+        self, pipe: redis.client.Pipeline, run: Run, before: RunState | None
+    ) -> None:
         issue = run.issue
         pipe.set(_run_key(issue, run.attempt), run.model_dump_json(), ex=RUN_TTL_S)
+        if run_settled(before, run):
+            # In the write's own transaction: a settling is observed once, however often retried.
+            _queue_metrics(pipe, run_duration(run).updates())
         member = f"{issue.repo}:{issue.number}:run:{run.attempt}"
         pipe.zadd(f"{_PREFIX}:runs:recent", {member: run.started_at.timestamp()})
         pipe.zremrangebyrank(f"{_PREFIX}:runs:recent", 0, -RECENT_RUNS - 1)
@@ -458,8 +499,29 @@ class Store:
         reopens = datetime.fromtimestamp(float(_text(value)), UTC)
         return reopens if reopens > now else None
 
+    def take_run_slot(self, issue: IssueRef, limit: int) -> bool:
+        """Take one of the repository's run slots for the issue; False when all are taken."""
+        now_ms = int(time.time() * 1000)
+        key = f"{_PREFIX}:slots:{issue.repo}"
+        return bool(
+            self._take_slot(keys=[key], args=[now_ms, issue.number, limit, self.lock_ttl_ms])
+        )
+
+    def refresh_run_slot(self, issue: IssueRef) -> None:
+        """Keep the issue's run slot while its run heartbeats (a slot it does not hold stays so)."""
+        expires = int(time.time() * 1000) + self.lock_ttl_ms
+        self.redis.zadd(f"{_PREFIX}:slots:{issue.repo}", {str(issue.number): expires}, xx=True)
+
+    def release_run_slot(self, issue: IssueRef) -> None:
+        """Give the issue's run slot back."""
+        self.redis.zrem(f"{_PREFIX}:slots:{issue.repo}", str(issue.number))
+
+    def is_waiting(self, issue: IssueRef) -> bool:
+        """Return whether the issue waits, unstarted, for a window or a run slot."""
+        return self.redis.zscore(f"{_PREFIX}:waiting", _indexed_issue(issue)) is not None
+
     def record_wait(self, issue: IssueRef, until: datetime) -> None:
-        """Index an issue that waits, unstarted, for its account's window to reopen."""
+        """Index an issue that waits, unstarted, for a window or a run slot."""
         self.redis.zadd(f"{_PREFIX}:waiting", {_indexed_issue(issue): until.timestamp()})
 
     def clear_wait(self, issue: IssueRef) -> None:
@@ -467,7 +529,7 @@ class Store:
         self.redis.zrem(f"{_PREFIX}:waiting", _indexed_issue(issue))
 
     def waits(self) -> list[tuple[IssueRef, datetime]]:
-        """Return every issue waiting for a window, soonest first."""
+        """Return every issue waiting for a window or a run slot, soonest first."""
         return self._indexed(f"{_PREFIX}:waiting")
 
     # Chains ---------------------------------------------------------------
@@ -569,6 +631,10 @@ class Store:
         """Record a start a pause held, to be made when the repository is resumed."""
         self.redis.hset(f"{_PREFIX}:held:{issue.repo}", str(issue.number), f"{mode}:{after}")
 
+    def held_issues(self, repo: str) -> list[int]:
+        """Return the numbers of the repository's issues whose starts a pause holds."""
+        return sorted(int(number) for number in self.redis.hkeys(f"{_PREFIX}:held:{repo}"))
+
     def count_paused_settlement(self, repo: str) -> None:
         """Count a settlement made while the repository is paused (it still settles)."""
         self.redis.incr(f"{_PREFIX}:held-settled:{repo}")
@@ -583,6 +649,18 @@ class Store:
         return sorted(found)
 
     # Repository configuration ------------------------------------------
+
+    def record_queue_label(self, repo: str, label: str | None) -> None:
+        """Remember the repository's own queue label (None: it uses the deployment's)."""
+        if label is None:
+            self.redis.hdel(f"{_PREFIX}:queue-labels", repo)
+        else:
+            self.redis.hset(f"{_PREFIX}:queue-labels", repo, label)
+
+    def queue_labels(self) -> dict[str, str]:
+        """Return every repository's own queue label, where it has one."""
+        found = self.redis.hgetall(f"{_PREFIX}:queue-labels")
+        return {_text(repo): _text(label) for repo, label in found.items()}
 
     def cached_repo_config(self, repo: str, blob_sha: str) -> str | None:
         """Return the validated config (JSON) of a version of a repository's file, if cached."""
@@ -600,9 +678,21 @@ class Store:
 
     # Labels: the outbox -------------------------------------------------
 
-    def set_desired_label(self, issue: IssueRef, label: str | None) -> None:
-        """Record which Baton state label the issue should carry (None: none of them)."""
-        self.redis.set(_issue_key(issue, "desired-label"), label or "")
+    def set_desired_label(self, issue: IssueRef, label: str | None, labels: Labels) -> None:
+        """Record which Baton state label the issue should carry (None: none of them).
+
+        The repository's whole set of Baton labels is recorded with it, so whoever
+        applies it later knows which labels to take off.
+        """
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(_issue_key(issue, "desired-label"), label or "")
+            pipe.set(_issue_key(issue, "label-set"), labels.model_dump_json())
+            pipe.execute()
+
+    def label_set(self, issue: IssueRef) -> Labels | None:
+        """Return the Baton labels recorded for the issue's repository with its desired label."""
+        value = self.redis.get(_issue_key(issue, "label-set"))
+        return None if value is None else Labels.model_validate_json(_text(value))
 
     def desired_label(self, issue: IssueRef) -> str | None:
         """Return the Baton state label the issue should carry, if one was recorded."""
@@ -656,6 +746,51 @@ class Store:
     def marks(self) -> dict[str, str]:
         """Return when each recorded thing last happened."""
         return {str(k): str(v) for k, v in self.redis.hgetall(f"{_PREFIX}:last").items()}
+
+    # Metrics: counts every process adds to (bot/metrics.py) ----------------
+
+    def add_metrics(self, tally: Tally) -> bool:
+        """Add a tally to the stored metrics in one round trip; False (logged) if Redis failed.
+
+        Metrics are best effort: a lost batch must never fail the work it counted.
+        """
+        if not tally:
+            return True
+        try:
+            with self.redis.pipeline(transaction=False) as pipe:
+                _queue_metrics(pipe, tally.updates())
+                pipe.execute()
+        except redis.RedisError as exc:
+            log.warning("metrics not recorded: %s", exc)
+            return False
+        return True
+
+    def read_metrics(self, names: Sequence[str]) -> dict[str, dict[str, str]]:
+        """Return each named metric's stored fields, in one round trip."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for name in names:
+                pipe.hgetall(_metric_key(name))
+            found = pipe.execute()
+        return {
+            name: {_text(k): _text(v) for k, v in fields.items()}
+            for name, fields in zip(names, found, strict=True)
+        }
+
+    def live_runs(self) -> int:
+        """Return how many runs a worker is on now (claimed, provisioning or running)."""
+        issues = self.in_flight()
+        if not issues:
+            return 0
+        attempts = self.redis.mget([_issue_key(issue, "attempts") for issue in issues])
+        keys = [
+            _run_key(issue, int(attempt))
+            for issue, attempt in zip(issues, attempts, strict=True)
+            if attempt is not None
+        ]
+        raws = self.redis.mget(keys) if keys else []
+        return sum(
+            1 for raw in raws if raw is not None and Run.model_validate_json(raw).state.is_live
+        )
 
 
 class IntakeLog:

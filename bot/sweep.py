@@ -22,15 +22,17 @@ import os
 import socket
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from bot.chains import names_a_chain
 from bot.classify import RunFacts
+from bot.config import InvalidRepoConfig
 from bot.dispatch import queue_chain_job, run_issue_job
 from bot.github import GitHubApp, GitHubClient, github_app
-from bot.labels import sync_labels
+from bot.labels import recorded_labels, sync_labels
 from bot.model import IssueRef, Run, RunState, utcnow
 from bot.recovery import Services, conclude, halted_plan, resume
-from bot.tracker import label_names, read_issue
+from bot.tracker import label_names, load_repo_config, read_issue
 
 log = logging.getLogger(__name__)
 
@@ -100,13 +102,14 @@ async def _relabel(services: Services, gh: GitHubClient, issue: IssueRef) -> boo
     An issue that carries none of Baton's labels was withdrawn by a maintainer:
     it is left as it is, never labelled back into the queue.
     """
-    settings, store = services.settings, services.store
+    store = services.store
+    labels = recorded_labels(store, services.settings, issue)
     live = label_names(await read_issue(gh, issue))
-    ours = live & settings.state_labels
+    ours = live & labels.states
     desired = store.desired_label(issue)
     if not ours or ours == ({desired} if desired else set()):
         return False
-    await sync_labels(gh, store, settings, issue, live)
+    await sync_labels(gh, store, labels, issue, live)
     return True
 
 
@@ -140,7 +143,8 @@ async def _queued_but_idle(services: Services, app: GitHubApp, report: SweepRepo
         installation_id = int(installation["id"])
         gh = await app.for_installation(installation_id)
         async for repo in gh.getiter("/installation/repositories", iterable_key="repositories"):
-            url_vars = {"repo": repo["full_name"], "label": settings.queue_label}
+            queue_label = await _queue_label(gh, services, repo)
+            url_vars = {"repo": repo["full_name"], "label": queue_label}
             async for data in gh.getiter(
                 "/repos/{+repo}/issues?state=open&labels={label}", url_vars
             ):
@@ -160,6 +164,17 @@ async def _queued_but_idle(services: Services, app: GitHubApp, report: SweepRepo
                     )
                     services.dispatch.enqueue([job])
                     report.picked_up.append(str(issue))
+
+
+async def _queue_label(gh: GitHubClient, services: Services, repo: dict[str, Any]) -> str:
+    """Return the label that queues the repository's issues: its own, or the deployment's."""
+    name = str(repo["full_name"])
+    try:
+        config = await load_repo_config(gh, services.store, name, str(repo["default_branch"]))
+    except InvalidRepoConfig:
+        # A run started by the deployment's label explains what is wrong with the file.
+        return services.settings.queue_label
+    return config.labels.queue or services.settings.queue_label
 
 
 def _idle(services: Services, issue: IssueRef) -> bool:

@@ -133,7 +133,15 @@ async def load_repo_config(gh: GitHubClient, store: Store, repo: str, ref: str) 
     """Return the repository's `.github/baton.yml` at ref; the defaults when there is none.
 
     Validated once per version of the file (its blob sha); raises InvalidRepoConfig.
+    The repository's queue label is remembered for the web process, which routes
+    `labeled` events without calling GitHub.
     """
+    config = await _read_repo_config(gh, store, repo, ref)
+    store.record_queue_label(repo, config.labels.queue)
+    return config
+
+
+async def _read_repo_config(gh: GitHubClient, store: Store, repo: str, ref: str) -> RepoConfig:
     url_vars = {"repo": repo, "path": CONFIG_PATH, "ref": ref}
     try:
         entry = await gh.getitem("/repos/{+repo}/contents/{+path}{?ref}", url_vars)

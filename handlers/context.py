@@ -8,7 +8,7 @@ be new.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,12 @@ class HandlerContext:
 
     settings: Settings
     bot_login: Callable[[], str | None]
+    repo_queue_labels: Mapping[str, str] = field(default_factory=dict)
     jobs: list[JobSpec] = field(default_factory=list)
+
+    def queue_label(self, repo: str) -> str:
+        """Return the label that hands the repository's issues to Baton."""
+        return self.repo_queue_labels.get(repo, self.settings.queue_label)
 
     def enqueue(self, job: JobSpec) -> None:
         """Choose a job to run for this delivery."""

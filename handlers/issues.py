@@ -15,7 +15,8 @@ router = Router()
 @router.register("issues", action="labeled")
 async def queue_label_added(event: Event, ctx: HandlerContext) -> None:
     """Run the issue when a human puts the queue label on it."""
-    if event.data["label"]["name"] != ctx.settings.queue_label or ctx.sent_by_baton(event):
+    repo = event.data["repository"]["full_name"]
+    if event.data["label"]["name"] != ctx.queue_label(repo) or ctx.sent_by_baton(event):
         return
     issue = ctx.issue_ref(event)
     if issue is None:

@@ -6,16 +6,21 @@ import asyncio
 
 from bot import chainwork
 from bot.model import IssueRef
-from jobs import services
+from jobs import job, services
 
 
+@job
 def queue_chain(installation_id: int, repo: str, number: int) -> str:
-    """Plan the chain the queued issue names and start its first incomplete link."""
+    """Plan the chain the queued issue names and start its first incomplete link.
+
+    Returns whether it was queued; its links are in the log.
+    """
     issue = IssueRef(installation_id=installation_id, repo=repo, number=number)
     chain = asyncio.run(chainwork.queue_chain(services(), issue))
-    return f"links {', '.join(f'#{n}' for n in chain.links)}" if chain else "not queued"
+    return "queued" if chain else "not queued"
 
 
+@job
 def advance_chain(installation_id: int, repo: str, head: int) -> str:
     """Start, hold or finish the next link of the chain queued at head."""
     asyncio.run(chainwork.advance_chain(services(), installation_id, repo, head))

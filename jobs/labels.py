@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 
 from bot.github import github_app
+from bot.labels import recorded_labels
 from bot.labels import sync_labels as sync
 from bot.model import IssueRef
-from jobs import services
+from jobs import job, services
 
 
+@job
 def sync_labels(installation_id: int, repo: str, number: int) -> str:
     """Bring the issue's Baton labels to their recorded state."""
     issue = IssueRef(installation_id=installation_id, repo=repo, number=number)
@@ -21,4 +23,4 @@ async def _sync(issue: IssueRef) -> None:
     ctx = services()
     async with github_app(ctx.settings, ctx.store) as app:
         gh = await app.for_installation(issue.installation_id)
-        await sync(gh, ctx.store, ctx.settings, issue)
+        await sync(gh, ctx.store, recorded_labels(ctx.store, ctx.settings, issue), issue)

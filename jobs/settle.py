@@ -6,15 +6,17 @@ import asyncio
 
 from bot import settle
 from bot.model import IssueRef
-from jobs import services
+from jobs import job, services
 
 
+@job
 def settle_head(installation_id: int, repo: str, head_sha: str) -> str:
     """Settle the run that pushed head_sha, if its checks are final; return what happened."""
     run = asyncio.run(settle.settle_head(services(), installation_id, repo, head_sha))
     return run.state.value if run is not None else "unchanged"
 
 
+@job
 def settle_review(installation_id: int, repo: str, pull: int, review_id: int, author: str) -> str:
     """Send a review's requested changes back to the agent; return what happened."""
     run = asyncio.run(
@@ -23,6 +25,7 @@ def settle_review(installation_id: int, repo: str, pull: int, review_id: int, au
     return run.state.value if run is not None else "unchanged"
 
 
+@job
 def settle_pull_closed(installation_id: int, repo: str, pull: int, merged: int) -> str:
     """End the run of a merged or closed pull request; return what happened."""
     run = asyncio.run(
@@ -31,6 +34,7 @@ def settle_pull_closed(installation_id: int, repo: str, pull: int, merged: int) 
     return run.state.value if run is not None else "unchanged"
 
 
+@job
 def settle_issue_closed(installation_id: int, repo: str, number: int) -> str:
     """Stop the work on an issue a human closed."""
     issue = IssueRef(installation_id=installation_id, repo=repo, number=number)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 
 from bot import steering
-from jobs import services
+from jobs import job, services
 
 
+@job
 def handle_command(installation_id: int, repo: str, number: int, comment_id: int) -> str:
     """Carry out the command in a comment; return the reaction it got."""
     reaction = asyncio.run(

@@ -13,11 +13,13 @@ from bot.config import (
     AgentConfig,
     ConfigError,
     ConfigProblem,
+    LabelsConfig,
     RepoConfig,
     apply_repo_config,
     config_reference,
     parse_repo_config,
 )
+from bot.model import Labels
 from bot.settings import Settings
 
 DOCS = Path(__file__).parents[1] / "docs" / "config.md"
@@ -37,6 +39,15 @@ max_cost_usd: 12
 halt_on_usage_window: false
 strict_preflight: true
 escalation_mentions: [octocat, hubot]
+max_concurrent_runs: 2
+required_checks: [test, lint]
+setup: [npm ci, "sh -c 'make generate'"]
+labels:
+  queue: agent:go
+  in_progress: agent:working
+  review: agent:review
+  halted: agent:halted
+  escalated: agent:help
 """
 
 
@@ -74,15 +85,26 @@ def test_a_full_file_gives_every_value() -> None:
         halt_on_usage_window=False,
         strict_preflight=True,
         escalation_mentions=["octocat", "hubot"],
+        max_concurrent_runs=2,
+        required_checks=["test", "lint"],
+        setup=["npm ci", "sh -c 'make generate'"],
+        labels=LabelsConfig(
+            queue="agent:go",
+            in_progress="agent:working",
+            review="agent:review",
+            halted="agent:halted",
+            escalated="agent:help",
+        ),
     )
     assert all(
         getattr(config, name) != info.get_default(call_default_factory=True)
         for name, info in RepoConfig.model_fields.items()
     )
-    assert all(
-        getattr(config.agent, name) != info.get_default()
-        for name, info in AgentConfig.model_fields.items()
-    )
+    for section in (config.agent, config.labels):
+        assert all(
+            getattr(section, name) != info.get_default()
+            for name, info in type(section).model_fields.items()
+        )
 
 
 @pytest.mark.parametrize("text", ["", FULL, EXAMPLE_CONFIG])
@@ -148,6 +170,21 @@ def test_a_value_of_the_wrong_type_is_refused_not_coerced(text: str, key: str, w
     error = error_of(text)
     assert error.key == key
     assert error.line == text.count("\n")
+    assert words in error.problem
+
+
+@pytest.mark.parametrize(
+    ("command", "words"),
+    [
+        ("sh -c 'make", "cannot split `sh -c 'make` into words: No closing quotation"),
+        ("  ", "empty"),
+    ],
+)
+def test_a_setup_command_that_cannot_be_split_is_named_with_its_line(
+    command: str, words: str
+) -> None:
+    error = error_of(f"setup:\n  - npm ci\n  - {command!r}\n")
+    assert (error.key, error.line) == ("setup.1", 3)
     assert words in error.problem
 
 
@@ -245,7 +282,7 @@ def test_the_example_is_a_valid_config_setting_every_key() -> None:
     assert config.agent.adapter == "claude"
     for name in RepoConfig.model_fields:
         assert f"\n{name}:" in EXAMPLE_CONFIG
-    for name in AgentConfig.model_fields:
+    for name in [*AgentConfig.model_fields, *LabelsConfig.model_fields]:
         assert f"\n  {name}:" in EXAMPLE_CONFIG or f"\n  # {name}:" in EXAMPLE_CONFIG
 
 
@@ -292,6 +329,16 @@ def test_the_file_overrides_the_deployment_key_by_key() -> None:
     assert applied.policy.escalation_mentions == ("octocat",)
 
 
+def test_required_checks_and_run_slots_come_from_the_file_or_the_deployment() -> None:
+    deployed = deployment(BATON_REQUIRED_CHECKS="ci, docs", BATON_MAX_CONCURRENT_RUNS_PER_REPO="4")
+    assert deployed.policy.required_checks == ("ci", "docs")
+    config = parse_repo_config("required_checks: [test]\nmax_concurrent_runs: 1\n")
+    applied = apply_repo_config(deployed, config)
+    assert applied.policy.required_checks == ("test",)
+    assert applied.max_concurrent_runs_per_repo == 1
+    assert apply_repo_config(deployed, RepoConfig()).max_concurrent_runs_per_repo == 4
+
+
 @pytest.mark.parametrize(("minutes", "applied"), [(20.0, 20.0), (600.0, 60.0)])
 def test_the_wall_clock_can_be_shortened_but_never_lengthened(
     minutes: float, applied: float
@@ -315,3 +362,24 @@ def test_the_provider_account_follows_the_adapter_unless_named(
 ) -> None:
     settings = apply_repo_config(deployment(**env), RepoConfig(agent=agent))
     assert settings.policy.account == account
+
+
+def test_a_repository_s_labels_replace_the_deployment_s_one_by_one() -> None:
+    applied = apply_repo_config(
+        deployment(BATON_REVIEW_LABEL="ready"), parse_repo_config("labels:\n  queue: agent:go\n")
+    )
+    assert applied.policy.labels == Labels(queue="agent:go", review="ready")
+    assert applied.labels.active == {"agent:go", "baton:in-progress", "ready", "baton:halted"}
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("labels:\n  queue: go\n  review: go\n", "each of Baton's labels needs a name of its own"),
+        ("labels:\n  queue: ''\n", "at least 1 character"),
+        ("labels:\n  queue: " + "x" * 51 + "\n", "at most 50 characters"),
+    ],
+)
+def test_labels_must_be_distinct_and_fit_github(text: str, words: str) -> None:
+    error = error_of(text)
+    assert error.key.startswith("labels") and words in error.problem

@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -18,6 +19,7 @@ import aiohttp
 import pytest
 import redis
 from gidgethub import GitHubBroken
+from playwright.async_api import Browser, async_playwright, expect
 
 from bot.devstack import LocalBaton, start_redis_server
 from bot.model import IssueRef, Run, RunState
@@ -30,6 +32,16 @@ AGENT = Path(__file__).parent / "agents" / "scripted_agent.py"
 CI_CHECKS_GREETING = "#!/bin/sh\nset -e\ngrep -q 'hello' greeting.txt\n"
 PROJECT = {"README.md": "# demo\n", ".sandbox/ci": CI_CHECKS_GREETING, "greeting.txt": "hi\n"}
 GREETING_FIX = "agent: write greeting.txt hello"
+OPERATOR_TOKEN = "operator-token-of-the-e2e-stack"
+ARTIFACTS = Path(__file__).parents[1] / "test-artifacts"  # screenshots for the README
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 _names = itertools.count(1)
 
 
@@ -56,9 +68,28 @@ def stack(
     redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LocalBaton]:
     redis.Redis.from_url(redis_server.url).flushall()
-    baton = started(redis_server.url, tmp_path_factory.mktemp("e2e"))
+    baton = started(
+        redis_server.url, tmp_path_factory.mktemp("e2e"), BATON_OPERATOR_TOKEN=OPERATOR_TOKEN
+    )
     yield baton
     baton.stop()
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    """Chromium driven by Playwright; a test needing it is skipped where none is installed.
+
+    CI installs Chromium, so there a missing one fails the test instead.
+    """
+    path = os.environ.get("BATON_CHROMIUM") or "/usr/bin/chromium"
+    if not os.access(path, os.X_OK):
+        if os.environ.get("CI"):
+            pytest.fail(f"Chromium not found at {path}: apt-get install chromium")
+        pytest.skip("Chromium not found: apt-get install chromium")
+    async with async_playwright() as playwright:
+        chromium = await playwright.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+        yield chromium
+        await chromium.close()
 
 
 @pytest.fixture
@@ -875,3 +906,45 @@ async def _status_saying(stack: LocalBaton, text: str) -> str | None:
         check=False,
     )
     return result.stdout if text in result.stdout else None
+
+
+async def test_the_status_page_shows_a_green_run_and_its_pull_request_in_a_browser(
+    stack: LocalBaton, maintainer: Maintainer, store: Store, browser: Browser
+) -> None:
+    repo = await new_repo(maintainer, stack)
+    number = await queued_issue(maintainer, repo, "Greet the operator", GREETING_FIX)
+    run = await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the run going green", 90
+    )
+    assert run.pr_url is not None
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    operator = await browser.new_context(viewport={"width": 1280, "height": 800})
+    page = await operator.new_page()
+    await page.goto(f"{stack.web_url}/status?token={OPERATOR_TOKEN}")
+    assert page.url == f"{stack.web_url}/status"  # the token left the address bar
+    await expect(page.get_by_role("heading", name="Baton status")).to_be_visible()
+    await expect(page.get_by_role("region", name="Repositories")).to_contain_text(repo)
+    completions = page.get_by_role("region", name="Recent completions")
+    row = completions.get_by_role("row").filter(has_text=f"{repo}#{number}")
+    await expect(row).to_contain_text("pushed-green")
+    await expect(row).to_contain_text("Greet the operator")
+    pull_link = row.get_by_role("link", name=f"#{run.pr_number}")
+    await expect(pull_link).to_have_attribute("href", run.pr_url)
+    assert OPERATOR_TOKEN not in await page.content()
+    await page.screenshot(path=ARTIFACTS / "status-page.png", full_page=True)
+
+    await pull_link.click()
+    await expect(page).to_have_url(run.pr_url)
+    await expect(page.get_by_role("heading", level=1)).to_contain_text(
+        f"Greet the operator (#{number})"
+    )
+    await expect(page.get_by_text("All checks have passed")).to_be_visible()
+    await expect(page.get_by_text(f"Closes #{number}")).to_be_visible()
+    await page.screenshot(path=ARTIFACTS / "pull-request.png", full_page=True)
+
+    stranger = await (await browser.new_context()).new_page()
+    refused = await stranger.goto(f"{stack.web_url}/status")
+    assert refused is not None and refused.status == 401
+    await expect(stranger.locator("body")).to_contain_text("/status?token=<token>")
+    await expect(stranger.locator("body")).not_to_contain_text(repo)

@@ -111,3 +111,11 @@ async def test_remove_deletes_the_worktree(workspace: Workspace, origin: Path) -
     await workspace.remove("octo/app", 2)
     assert not tree.exists()
     assert "issue-2" not in sh(mirror, "worktree", "list")
+
+
+async def test_removing_on_a_machine_that_never_fetched_the_repository_does_nothing(
+    workspace: Workspace,
+) -> None:
+    # A merge is settled by whichever worker takes the job, often not the one that ran it.
+    await workspace.remove("octo/elsewhere", 2)
+    assert not workspace.mirror_path("octo/elsewhere").exists()

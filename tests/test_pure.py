@@ -9,7 +9,7 @@ import pytest
 
 from bot import render
 from bot.budget import Spend
-from bot.checks import Verdict, checks_verdict
+from bot.checks import Verdict, checks_verdict, failing_checks, required_checks_verdict
 from bot.git import auth_header, branch_name
 from bot.github import MAX_ATTEMPTS, retry_delay
 from bot.lifecycle import settle_checks
@@ -72,6 +72,72 @@ def test_checks_verdict(
     suites: list[dict[str, object]], status: dict[str, object] | None, verdict: Verdict
 ) -> None:
     assert checks_verdict(suites, status) is verdict
+
+
+def check_run(
+    name: str, status: str, conclusion: str | None = None, id_: int = 1
+) -> dict[str, object]:
+    return {"id": id_, "name": name, "status": status, "conclusion": conclusion}
+
+
+def commit_status(context: str, state: str) -> dict[str, object]:
+    return {"statuses": [{"context": context, "state": state}]}
+
+
+@pytest.mark.parametrize(
+    ("runs", "status", "verdict"),
+    [
+        ([], NO_STATUS, Verdict.PENDING),
+        ([check_run("test", "completed", "success")], NO_STATUS, Verdict.PENDING),
+        (
+            [check_run("test", "completed", "success"), check_run("lint", "completed", "skipped")],
+            NO_STATUS,
+            Verdict.GREEN,
+        ),
+        (
+            [check_run("test", "completed", "success"), check_run("lint", "in_progress")],
+            NO_STATUS,
+            Verdict.PENDING,
+        ),
+        ([check_run("test", "completed", "failure")], NO_STATUS, Verdict.RED),
+        (
+            [
+                check_run("test", "completed", "success"),
+                check_run("lint", "completed", "success"),
+                check_run("docs", "completed", "failure"),
+            ],
+            NO_STATUS,
+            Verdict.GREEN,
+        ),
+        (
+            [
+                check_run("test", "completed", "failure", id_=1),
+                check_run("test", "completed", "success", id_=2),
+            ],
+            commit_status("lint", "success"),
+            Verdict.GREEN,
+        ),
+        (
+            [check_run("test", "completed", "success")],
+            commit_status("lint", "pending"),
+            Verdict.PENDING,
+        ),
+        ([check_run("test", "completed", "success")], commit_status("lint", "error"), Verdict.RED),
+        ([check_run("test", "completed", "success")], None, Verdict.PENDING),
+    ],
+)
+def test_required_checks_verdict(
+    runs: list[dict[str, object]], status: dict[str, object] | None, verdict: Verdict
+) -> None:
+    assert required_checks_verdict(runs, status, ("test", "lint")) is verdict
+
+
+def test_only_required_checks_are_failing_checks() -> None:
+    runs = [check_run("test", "completed", "failure"), check_run("docs", "completed", "failure")]
+    assert [c.name for c in failing_checks(runs, commit_status("lint", "error"), ("test",))] == [
+        "test"
+    ]
+    assert [c.name for c in failing_checks(runs, None)] == ["test", "docs"]
 
 
 def pushed(head: str = "a" * 40) -> Run:

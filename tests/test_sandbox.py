@@ -33,6 +33,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 from yarl import URL
 
+from bot.manifest import load_manifest
 from bot.sandbox import server
 from bot.sandbox.git_backend import git_env
 from bot.sandbox.hub import HUB, Hub
@@ -43,6 +44,20 @@ ADMIN = "<the admin token>"
 REPO = "/repos/maintainer/demo"
 CI_PASS = "#!/bin/sh\necho checking\nexit 0\n"
 CI_FAIL = "#!/bin/sh\necho 'test_thing FAILED' >&2\nexit 3\n"
+# These tests drive every route as the App, so its App holds every permission a route asks;
+# Baton's own permissions (app.yml) are held to in tests/test_permissions.py and the e2e suite.
+EVERY_ROUTE_MANIFEST = load_manifest().model_copy(
+    update={
+        "default_permissions": {
+            "checks": "write",
+            "contents": "write",
+            "issues": "write",
+            "metadata": "read",
+            "pull_requests": "write",
+            "statuses": "write",
+        }
+    }
+)
 Payload = dict[str, Any]
 
 
@@ -285,7 +300,8 @@ async def running_sandbox(
     data: Path, receiver: Receiver, work: Path, clones: int = 0
 ) -> AsyncIterator[Sandbox]:
     """Serve a sandbox from `data` with a client session, its webhooks checked by `receiver`."""
-    async with server.running(data, receiver.url) as app, aiohttp.ClientSession() as session:
+    running = server.running(data, receiver.url, manifest=EVERY_ROUTE_MANIFEST)
+    async with running as app, aiohttp.ClientSession() as session:
         receiver.secret = app[HUB].state.secrets.webhook_secret.encode()
         yield Sandbox(app, session, receiver, work, clones)
 

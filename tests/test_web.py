@@ -19,6 +19,7 @@ from bot.intake import forward_once
 from bot.settings import Settings, SettingsError
 from bot.store import Store
 from bot.web import MAX_PAYLOAD_BYTES, create_app
+from handlers.pushes import touches_config
 from tests.support import payload
 
 SECRET = "It's a Secret to Everybody"
@@ -273,6 +274,16 @@ def on_baton_branch(data: dict[str, Any], pull_key: str = "pull_request") -> dic
             lambda d: d["comment"].update(body="Thanks!\n/baton retry"),
             "jobs.steering.handle_command",
         ),
+        (
+            "push",
+            "push/event.with-installation.json",
+            lambda d: d.update(
+                ref="refs/heads/master",
+                deleted=False,
+                commits=[{"added": [], "modified": [".github/baton.yml"], "removed": []}],
+            ),
+            "jobs.config.read_repo_config",
+        ),
     ],
 )
 async def test_github_payloads_about_batons_work_enqueue_their_job(
@@ -295,6 +306,35 @@ async def test_github_payloads_about_batons_work_enqueue_their_job(
     status, _ = await post(client, event, data)
     assert status == 202
     assert [name for name, _ in queued(dispatch, EVENTS)] == [func]
+
+
+async def test_a_repository_s_own_queue_label_routes_once_known(
+    aiohttp_client: Any, settings: Settings, store: Store, dispatch: Dispatcher
+) -> None:
+    data = labeled("agent:go")
+    store.record_queue_label(data["repository"]["full_name"], "agent:go")
+    client = await aiohttp_client(create_app(settings, store, dispatch))
+    await post(client, "issues", labeled("baton:queue"))
+    assert queued(dispatch, AGENTS) == [], "the deployment's label is not this repository's"
+    status, answer = await post(client, "issues", data)
+    assert (status, answer["outcome"]) == (202, "accepted")
+    assert [name for name, _ in queued(dispatch, AGENTS)] == ["jobs.run.run_issue"]
+
+
+@pytest.mark.parametrize(
+    ("commits", "touched"),
+    [
+        ([], False),
+        ([{"added": ["README.md"], "modified": [], "removed": []}], False),
+        ([{"added": [], "modified": [], "removed": [".github/baton.yml"]}], True),
+        ([{"added": ["README.md"]}, {"added": [".github/baton.yml"]}], True),
+        ([{"added": [], "modified": []}] * 20, True),  # the payload lists only 20
+    ],
+)
+def test_a_push_touches_the_config_when_a_listed_commit_changes_it(
+    commits: list[dict[str, list[str]]], touched: bool
+) -> None:
+    assert touches_config(commits) is touched
 
 
 async def test_a_pending_status_and_an_approving_review_enqueue_nothing(

@@ -1,7 +1,8 @@
 """The sandbox GitHub: a small, honest GitHub for Baton's demo and end-to-end tests.
 
 `server` builds and runs it; `hub` holds one instance's state and rules; `api/` serves the
-REST operations, `git_http` serves git over HTTP; `refs`, `events` and `checks` carry out
-what GitHub does when branches, issues, pull requests and checks change, `ci` runs a
-repository's `.sandbox/ci`, `webhooks` signs and delivers the events.
+REST operations (each declaring, in `permissions`, what it asks of an App installation) and
+the App-manifest registration, `git_http` serves git over HTTP; `refs`, `events` and
+`checks` carry out what GitHub does when branches, issues, pull requests and checks change,
+`ci` runs a repository's `.sandbox/ci`, `webhooks` signs and delivers the events.
 """

@@ -8,7 +8,8 @@ import datetime
 import pathlib
 import secrets
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 import jwt
@@ -36,12 +37,14 @@ ActorKind = Literal["app", "installation", "admin"]
 
 @dataclass(frozen=True)
 class Actor:
-    """An authenticated caller."""
+    """An authenticated caller; an installation carries its token's permissions."""
 
     kind: ActorKind
     login: str | None
     installation_id: int | None = None
     repository_ids: frozenset[int] | None = None
+    app_id: int | None = None
+    permissions: Mapping[str, str] = field(default_factory=dict)
 
 
 def load_or_create_key(path: pathlib.Path) -> rsa.RSAPrivateKey:
@@ -64,9 +67,12 @@ def load_or_create_key(path: pathlib.Path) -> rsa.RSAPrivateKey:
 class Authenticator:
     """Turn Authorization headers into actors, and mint installation tokens."""
 
-    def __init__(self, state: State, key: rsa.RSAPrivateKey) -> None:
+    def __init__(
+        self, state: State, key: rsa.RSAPrivateKey, permissions: Mapping[str, str]
+    ) -> None:
         self.state = state
         self.public_key = key.public_key()
+        self.permissions = dict(permissions)
 
     def from_header(self, header: str | None, act_as: str | None = None) -> Actor | None:
         """Authenticate an API request; None when it carries no credentials."""
@@ -100,24 +106,43 @@ class Authenticator:
         if found is None or parse_iso(found.expires_at) <= _now():
             raise bad_credentials()
         ids = frozenset(found.repository_ids) if found.repository_ids is not None else None
-        return Actor("installation", BOT_LOGIN, found.installation_id, ids)
+        granted = found.permissions if found.permissions is not None else self.permissions
+        return Actor("installation", BOT_LOGIN, found.installation_id, ids, APP_ID, granted)
 
     def _from_jwt(self, token: str) -> Actor:
         try:
+            issuer = str(jwt.decode(token, options={"verify_signature": False})["iss"])
             claims = jwt.decode(
                 token,
-                self.public_key,
+                self._public_key_of(issuer),
                 algorithms=["RS256"],
                 options={"require": ["exp", "iat", "iss"]},
             )
-        except jwt.PyJWTError as exc:
+        except (jwt.PyJWTError, KeyError, ValueError) as exc:
             raise bad_credentials() from exc
         # GitHub refuses JWTs that live longer than ten minutes; one second covers rounding.
-        if str(claims["iss"]) != str(APP_ID) or claims["exp"] > time.time() + MAX_JWT_LIFETIME + 1:
+        if claims["exp"] > time.time() + MAX_JWT_LIFETIME + 1:
             raise bad_credentials()
-        return Actor("app", None)
+        return Actor("app", None, app_id=int(issuer))
 
-    def mint(self, installation_id: int, repository_ids: list[int] | None) -> Token:
+    def _public_key_of(self, issuer: str) -> rsa.RSAPublicKey:
+        """Return the key that verifies an App's JWTs: Baton's own, or a registered App's."""
+        if issuer == str(APP_ID):
+            return self.public_key
+        registered = next((a for a in self.state.apps if str(a.id) == issuer), None)
+        if registered is None:
+            raise ValueError(f"no App {issuer}")
+        key = serialization.load_pem_public_key(registered.public_key.encode())
+        if not isinstance(key, rsa.RSAPublicKey):
+            raise ValueError(f"App {issuer} has no RSA key")
+        return key
+
+    def mint(
+        self,
+        installation_id: int,
+        repository_ids: list[int] | None,
+        permissions: Mapping[str, str],
+    ) -> Token:
         """Create an installation token valid for one hour, dropping expired ones."""
         now = _now()
         self.state.tokens = {
@@ -128,6 +153,7 @@ class Authenticator:
             installation_id=installation_id,
             expires_at=iso(now + TOKEN_LIFETIME),
             repository_ids=repository_ids,
+            permissions=dict(permissions),
         )
         self.state.tokens[token.token] = token
         return token

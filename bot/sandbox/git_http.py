@@ -1,4 +1,4 @@
-"""Git smart HTTP through `git http-backend`, with token auth for pushes and push side effects."""
+"""Git smart HTTP through `git http-backend`: token auth, the contents permission, push effects."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from bot.sandbox.auth import Actor
 from bot.sandbox.git_backend import ZERO_SHA, git_env
 from bot.sandbox.hub import Hub, hub_of
 from bot.sandbox.middleware import GIT_ROUTE
+from bot.sandbox.permissions import Requirement, read, requires, write
 from bot.sandbox.rest import ApiError
 from bot.sandbox.state import Repo
 
@@ -21,6 +22,10 @@ log = logging.getLogger(__name__)
 PATH = "/{owner}/{name:[^/]+?}.git{tail:(?:/.*)?}"
 RECEIVE_PACK = "git-receive-pack"
 CHUNK = 65536
+
+
+FETCH = Requirement((read("contents"),))
+PUSH = Requirement((write("contents"),))
 
 
 def add_routes(app: web.Application) -> None:
@@ -33,8 +38,9 @@ def _refuse(status: int, text: str) -> web.Response:
     return web.Response(status=status, text=text + "\n", headers=headers)
 
 
+@requires(*FETCH.any_of)
 async def serve_git(request: web.Request) -> web.StreamResponse:
-    """Answer a git client: anonymous reads, authenticated pushes."""
+    """Answer a git client: anonymous reads, authenticated pushes; an App needs `contents`."""
     hub = hub_of(request)
     repo = hub.repo(request.match_info["owner"], request.match_info["name"])
     if repo is None:
@@ -48,7 +54,7 @@ async def serve_git(request: web.Request) -> web.StreamResponse:
         return _refuse(401, "Invalid username or token.")
     if (push or repo.private) and actor is None:
         return _refuse(401, "Authentication required.")
-    if actor is not None and not _may_access(hub, actor, repo, write=push):
+    if actor is not None and not _may_access(hub, actor, repo, push):
         return _refuse(403 if not repo.private else 404, "Permission denied.")
     if not (push and request.method == "POST"):
         return await _backend(request, hub, repo, tail, actor)
@@ -72,13 +78,15 @@ async def serve_git(request: web.Request) -> web.StreamResponse:
     return response
 
 
-def _may_access(hub: Hub, actor: Actor, repo: Repo, write: bool) -> bool:
+def _may_access(hub: Hub, actor: Actor, repo: Repo, push: bool) -> bool:
     if actor.kind == "admin":
         return True
     if actor.kind != "installation":
         return False
+    if not (PUSH if push else FETCH).met_by(actor.permissions):
+        return False
     try:
-        hub.repo_for(actor, repo.owner, repo.name, write)
+        hub.repo_for(actor, repo.owner, repo.name, push)
     except ApiError:
         return False
     return True

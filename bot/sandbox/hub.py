@@ -11,10 +11,16 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.manifest import AppManifest
 from bot.sandbox.auth import (
     ADMIN_LOGIN,
     APP_ID,
+    APP_NAME,
+    APP_SLUG,
     BOT_LOGIN,
+    CI_APP_ID,
+    CI_APP_NAME,
+    CI_APP_SLUG,
     CI_BOT_LOGIN,
     Actor,
     Authenticator,
@@ -23,7 +29,7 @@ from bot.sandbox.auth import (
 from bot.sandbox.calls import CallCounter
 from bot.sandbox.faults import Faults
 from bot.sandbox.git_backend import GitRepo, Identity
-from bot.sandbox.render import Render
+from bot.sandbox.render import AppFacts, Render
 from bot.sandbox.rest import Json, bad_credentials, forbidden_integration, not_found, or_not_found
 from bot.sandbox.state import Installation, Repo, StateFile, User, UserType, node_id, utc_now
 from bot.sandbox.webhooks import WebhookSender
@@ -33,16 +39,23 @@ CI_CONCURRENCY = 2
 # Rewriting the whole state costs milliseconds per megabyte, so a burst of mutations
 # shares one write; a clean shutdown writes at once.
 SAVE_DELAY = 0.2
+CI_APP_PERMISSIONS = {"checks": "write", "contents": "read", "metadata": "read"}
+CI_APP_EVENTS = ["check_run", "check_suite", "push"]
 
 
 class Hub:
-    """One sandbox GitHub instance, rooted at a data directory."""
+    """One sandbox GitHub instance, rooted at a data directory.
+
+    Its own App, Baton, has the permissions and events of the manifest it is given
+    (app.yml by default), and so does every token minted for Baton's installations.
+    """
 
     def __init__(
         self,
         data_dir: pathlib.Path,
         public_url: str,
         webhook_url: str | None,
+        manifest: AppManifest,
         ci_timeout: float = DEFAULT_CI_TIMEOUT,
     ) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -52,14 +65,16 @@ class Hub:
         self.key_path = data_dir / "app-private-key.pem"
         self.store = StateFile(data_dir / "state.json")
         self.state = self.store.load()
-        self.auth = Authenticator(self.state, load_or_create_key(self.key_path))
+        self.permissions = dict(manifest.default_permissions)
+        self.events = list(manifest.default_events)
+        self.auth = Authenticator(self.state, load_or_create_key(self.key_path), self.permissions)
         self.rng = random.Random(0)  # noqa: S311 - seeded on purpose: injected faults must repeat
         self.faults = Faults(self.rng)
         self.calls = CallCounter()
         self.webhooks = WebhookSender(
             data_dir, self.state.secrets.webhook_secret, webhook_url, self.rng
         )
-        self.render = Render(self.public_url, self.user, self.state.secrets.created_at)
+        self.render = Render(self.public_url, self.user, self.app_facts, self.installations_of)
         self.ci_timeout = ci_timeout
         self.ci_slots = asyncio.Semaphore(CI_CONCURRENCY)
         self.tasks: set[asyncio.Task[None]] = set()
@@ -117,9 +132,53 @@ class Hub:
         """Return the lock that serializes ref changes of a repository."""
         return self._locks[repo.id]
 
-    def installation(self, account: str) -> Installation | None:
-        """Return the App's installation on an account."""
-        return next((i for i in self.state.installations if i.account == account), None)
+    def app_facts(self, app_id: int) -> AppFacts:
+        """Describe an App: Baton, the sandbox's CI, or one registered from a manifest."""
+        created = self.state.secrets.created_at
+        if app_id == APP_ID:
+            return AppFacts(
+                APP_ID,
+                APP_SLUG,
+                APP_NAME,
+                ADMIN_LOGIN,
+                f"{APP_NAME} (sandbox GitHub)",
+                self.public_url,
+                self.permissions,
+                self.events,
+                created,
+            )
+        if app_id == CI_APP_ID:
+            return AppFacts(
+                CI_APP_ID,
+                CI_APP_SLUG,
+                CI_APP_NAME,
+                ADMIN_LOGIN,
+                f"{CI_APP_NAME} (sandbox GitHub)",
+                self.public_url,
+                CI_APP_PERMISSIONS,
+                CI_APP_EVENTS,
+                created,
+            )
+        app = or_not_found(next((a for a in self.state.apps if a.id == app_id), None))
+        return AppFacts(
+            app.id,
+            app.slug,
+            app.name,
+            app.owner,
+            app.description or "",
+            app.url,
+            app.permissions,
+            app.events,
+            app.created_at,
+        )
+
+    def installations_of(self, app_id: int) -> list[Installation]:
+        """Return an App's installations."""
+        return [i for i in self.state.installations if i.app_id == app_id]
+
+    def installation(self, account: str, app_id: int = APP_ID) -> Installation | None:
+        """Return an App's installation on an account."""
+        return next((i for i in self.installations_of(app_id) if i.account == account), None)
 
     def ensure_installation(self, account: str) -> Installation:
         """Install the App on an account if it is not yet installed."""

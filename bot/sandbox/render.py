@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import base64
 import calendar
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
-from bot.sandbox.auth import (
-    ADMIN_LOGIN,
-    APP_ID,
-    APP_NAME,
-    APP_SLUG,
-    CI_APP_ID,
-    CI_APP_NAME,
-    CI_APP_SLUG,
-)
+from bot.sandbox.auth import ADMIN_LOGIN, APP_ID
 from bot.sandbox.git_backend import CommitInfo, FileChange, TreeEntry
 from bot.sandbox.rest import Json
 from bot.sandbox.state import (
@@ -38,25 +30,21 @@ from bot.sandbox.state import (
 )
 
 REACTIONS = ("+1", "-1", "laugh", "confused", "heart", "hooray", "eyes", "rocket")
-APP_PERMISSIONS = {
-    "checks": "write",
-    "contents": "write",
-    "issues": "write",
-    "metadata": "read",
-    "pull_requests": "write",
-    "statuses": "write",
-}
-APP_EVENTS = [
-    "check_run",
-    "check_suite",
-    "issue_comment",
-    "issues",
-    "pull_request",
-    "pull_request_review",
-    "push",
-    "status",
-]
-_APPS = {APP_ID: (APP_SLUG, APP_NAME), CI_APP_ID: (CI_APP_SLUG, CI_APP_NAME)}
+
+
+@dataclass(frozen=True)
+class AppFacts:
+    """What GitHub shows of an App."""
+
+    id: int
+    slug: str
+    name: str
+    owner: str
+    description: str
+    external_url: str
+    permissions: Mapping[str, str]
+    events: Sequence[str]
+    created_at: str
 
 
 @dataclass(frozen=True)
@@ -80,11 +68,18 @@ def sha_number(sha: str) -> int:
 class Render:
     """Render sandbox objects with URLs rooted at the sandbox's public URL."""
 
-    def __init__(self, base: str, user_of: Callable[[str], User], created_at: str) -> None:
+    def __init__(
+        self,
+        base: str,
+        user_of: Callable[[str], User],
+        app_of: Callable[[int], AppFacts],
+        installations_of: Callable[[int], list[Installation]],
+    ) -> None:
         self.base = base.rstrip("/")
         self.host = urlsplit(self.base).netloc
         self.user_of = user_of
-        self.created_at = created_at
+        self.app_of = app_of
+        self.installations_of = installations_of
 
     def repo_api(self, repo: Repo) -> str:
         """Return the repository's API URL."""
@@ -124,30 +119,35 @@ class Render:
             "site_admin": False,
         }
 
-    def app(self, app_id: int, installations_count: int | None = None) -> Json:
-        """Render a GitHub App (integration)."""
-        slug, name = _APPS[app_id]
+    def app(self, app_id: int, installations_count: bool = False) -> Json:
+        """Render a GitHub App (integration); GET /app also counts its installations."""
+        facts = self.app_of(app_id)
         data: Json = {
-            "id": app_id,
-            "slug": slug,
-            "node_id": node_id("Integration", app_id),
-            "owner": self.user(ADMIN_LOGIN),
-            "name": name,
-            "description": f"{name} (sandbox GitHub)",
-            "external_url": self.base,
-            "html_url": f"{self.base}/apps/{slug}",
-            "created_at": self.created_at,
-            "updated_at": self.created_at,
-            "permissions": APP_PERMISSIONS,
-            "events": APP_EVENTS,
+            "id": facts.id,
+            "slug": facts.slug,
+            "node_id": node_id("Integration", facts.id),
+            "owner": self.user(facts.owner),
+            "name": facts.name,
+            "description": facts.description,
+            "external_url": facts.external_url,
+            "html_url": self.app_html(facts.slug),
+            "created_at": facts.created_at,
+            "updated_at": facts.created_at,
+            "permissions": dict(facts.permissions),
+            "events": list(facts.events),
         }
-        if installations_count is not None:
-            data["installations_count"] = installations_count
+        if installations_count:
+            data["installations_count"] = len(self.installations_of(app_id))
         return data
 
+    def app_html(self, slug: str) -> str:
+        """Return an App's public page."""
+        return f"{self.base}/apps/{slug}"
+
     def installation(self, inst: Installation) -> Json:
-        """Render an installation of the App."""
+        """Render an installation of an App."""
         account = self.user_of(inst.account)
+        app = self.app_of(inst.app_id)
         return {
             "id": inst.id,
             "account": self.user(inst.account),
@@ -155,12 +155,12 @@ class Render:
             "access_tokens_url": f"{self.base}/app/installations/{inst.id}/access_tokens",
             "repositories_url": f"{self.base}/installation/repositories",
             "html_url": f"{self.base}/settings/installations/{inst.id}",
-            "app_id": APP_ID,
-            "app_slug": APP_SLUG,
+            "app_id": app.id,
+            "app_slug": app.slug,
             "target_id": account.id,
             "target_type": account.type,
-            "permissions": APP_PERMISSIONS,
-            "events": APP_EVENTS,
+            "permissions": dict(app.permissions),
+            "events": list(app.events),
             "created_at": inst.created_at,
             "updated_at": inst.created_at,
             "single_file_name": None,

@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from bot.sandbox import api, checks, git_http
+from bot.manifest import AppManifest, load_manifest
+from bot.sandbox import api, checks, git_http, pages
 from bot.sandbox.hub import DEFAULT_CI_TIMEOUT, HUB, Hub
 from bot.sandbox.middleware import sandbox_middleware
 
@@ -20,14 +21,23 @@ MAX_REQUEST_BYTES = 1 << 30
 _WILDCARD_HOSTS = {"", "0.0.0.0", "::"}  # noqa: S104 - these are only compared against
 
 
-def create_app(data_dir: pathlib.Path, webhook_url: str | None, public_url: str) -> web.Application:
-    """Create the sandbox GitHub application, reusing any state already in `data_dir`."""
+def create_app(
+    data_dir: pathlib.Path,
+    webhook_url: str | None,
+    public_url: str,
+    manifest: AppManifest | None = None,
+) -> web.Application:
+    """Create the sandbox GitHub application, reusing any state already in `data_dir`.
+
+    Baton's App gets the permissions and events of `manifest`, app.yml when not given.
+    """
     timeout = float(os.environ.get("SANDBOX_CI_TIMEOUT", DEFAULT_CI_TIMEOUT))
-    hub = Hub(data_dir, public_url, webhook_url, ci_timeout=timeout)
+    hub = Hub(data_dir, public_url, webhook_url, manifest or load_manifest(), ci_timeout=timeout)
     app = web.Application(middlewares=[sandbox_middleware], client_max_size=MAX_REQUEST_BYTES)
     app[HUB] = hub
     api.add_routes(app)
     git_http.add_routes(app)
+    app.router.add_routes(pages.routes)
     app.on_startup.append(_resume)
     app.on_cleanup.append(_close)
     return app
@@ -50,14 +60,24 @@ def write_env(path: pathlib.Path, settings: dict[str, str]) -> None:
 
 
 def serve(
-    port: int, data_dir: pathlib.Path, webhook_url: str | None, host: str = "127.0.0.1"
+    port: int,
+    data_dir: pathlib.Path,
+    webhook_url: str | None,
+    host: str = "127.0.0.1",
+    manifest: AppManifest | None = None,
 ) -> None:
     """Run the sandbox until SIGINT or SIGTERM; write data_dir/app.env once listening."""
-    asyncio.run(_serve(port, data_dir.resolve(), webhook_url, host))
+    asyncio.run(_serve(port, data_dir.resolve(), webhook_url, host, manifest))
 
 
-async def _serve(port: int, data_dir: pathlib.Path, webhook_url: str | None, host: str) -> None:
-    async with running(data_dir, webhook_url, host, port) as app:
+async def _serve(
+    port: int,
+    data_dir: pathlib.Path,
+    webhook_url: str | None,
+    host: str,
+    manifest: AppManifest | None,
+) -> None:
+    async with running(data_dir, webhook_url, host, port, manifest) as app:
         hub = app[HUB]
         env_path = data_dir / "app.env"
         write_env(env_path, hub.settings())
@@ -71,7 +91,11 @@ async def _serve(port: int, data_dir: pathlib.Path, webhook_url: str | None, hos
 
 @contextlib.asynccontextmanager
 async def running(
-    data_dir: pathlib.Path, webhook_url: str | None, host: str = "127.0.0.1", port: int = 0
+    data_dir: pathlib.Path,
+    webhook_url: str | None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    manifest: AppManifest | None = None,
 ) -> AsyncIterator[web.Application]:
     """Serve the sandbox on host:port (0: a free port) for the duration of the block."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
@@ -80,7 +104,8 @@ async def running(
     sock.listen(128)
     sock.setblocking(False)
     url_host = "127.0.0.1" if host in _WILDCARD_HOSTS else f"[{host}]" if ":" in host else host
-    app = create_app(data_dir, webhook_url, f"http://{url_host}:{sock.getsockname()[1]}")
+    public_url = f"http://{url_host}:{sock.getsockname()[1]}"
+    app = create_app(data_dir, webhook_url, public_url, manifest)
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
     try:

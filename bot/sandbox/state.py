@@ -7,7 +7,7 @@ import datetime
 import os
 import pathlib
 import secrets
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -44,20 +44,51 @@ class User(BaseModel):
 
 
 class Installation(BaseModel):
-    """The App's installation on one account, covering all its repositories."""
+    """An App's installation on one account, covering all its repositories."""
 
     id: int
     account: str
     created_at: str
+    app_id: int = 1  # auth.APP_ID, the sandbox's own Baton App
 
 
 class Token(BaseModel):
-    """An installation access token."""
+    """An installation access token, holding the permissions it was minted with."""
 
     token: str
     installation_id: int
     expires_at: str
     repository_ids: list[int] | None = None
+    # None only in state written before tokens recorded their permissions: the App's own.
+    permissions: dict[str, str] | None = None
+
+
+class RegisteredApp(BaseModel):
+    """An App registered from a manifest; GitHub keeps its public key, never the private one."""
+
+    id: int
+    slug: str
+    name: str
+    owner: str
+    description: str | None
+    url: str
+    hook_url: str | None
+    permissions: dict[str, str]
+    events: list[str]
+    public_key: str
+    webhook_secret: str
+    client_id: str
+    client_secret: str
+    created_at: str
+
+
+class ManifestCode(BaseModel):
+    """A manifest confirmed on the registration page, waiting for its code's conversion."""
+
+    code: str
+    owner: str
+    manifest: dict[str, Any]
+    expires_at: str
 
 
 class Label(BaseModel):
@@ -270,6 +301,8 @@ class State(BaseModel):
     installations: list[Installation] = Field(default_factory=list)
     repos: list[Repo] = Field(default_factory=list)
     tokens: dict[str, Token] = Field(default_factory=dict)
+    apps: list[RegisteredApp] = Field(default_factory=list)
+    manifest_codes: dict[str, ManifestCode] = Field(default_factory=dict)
 
     def next_id(self) -> int:
         """Allocate a fresh object id."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 from aiohttp import web
 from pydantic import BaseModel, Field
 
-from bot.sandbox.auth import APP_ID, Actor
+from bot.sandbox.auth import Actor
 from bot.sandbox.hub import Hub, actor_of, hub_of
-from bot.sandbox.render import APP_PERMISSIONS
+from bot.sandbox.permissions import Level, Permission, requires_no_permission
 from bot.sandbox.rest import (
     ApiError,
     Json,
@@ -38,40 +38,43 @@ DEFAULT_LABELS = [
 _REPO_NAME = r"[A-Za-z0-9_.-]+"
 
 
-def require_app(request: web.Request) -> Hub:
-    """Insist on an App JWT, as GitHub's /app endpoints do."""
+def require_app(request: web.Request) -> tuple[Hub, int]:
+    """Insist on an App JWT, as GitHub's /app endpoints do; return the hub and the App's id."""
     actor = actor_of(request)
-    if actor is None or actor.kind != "app":
+    if actor is None or actor.kind != "app" or actor.app_id is None:
         raise ApiError(401, "A JSON web token could not be decoded")
-    return hub_of(request)
+    return hub_of(request), actor.app_id
 
 
-def installation_of(request: web.Request, hub: Hub) -> Installation:
-    """Return the installation named in the path, or answer 404."""
+def installation_of(request: web.Request, hub: Hub, app_id: int) -> Installation:
+    """Return the App's installation named in the path, or answer 404."""
     wanted = int_param(request, "installation_id")
-    return or_not_found(next((i for i in hub.state.installations if i.id == wanted), None))
+    return or_not_found(next((i for i in hub.installations_of(app_id) if i.id == wanted), None))
 
 
 @routes.get("/app")
+@requires_no_permission("an App JWT")
 async def get_app(request: web.Request) -> web.Response:
     """Describe the authenticated App."""
-    hub = require_app(request)
-    return json_response(hub.render.app(APP_ID, installations_count=len(hub.state.installations)))
+    hub, app_id = require_app(request)
+    return json_response(hub.render.app(app_id, installations_count=True))
 
 
 @routes.get("/app/installations")
+@requires_no_permission("an App JWT")
 async def list_installations(request: web.Request) -> web.Response:
     """List the App's installations."""
-    hub = require_app(request)
-    page, headers = paginate(request, hub.public_url, hub.state.installations)
+    hub, app_id = require_app(request)
+    page, headers = paginate(request, hub.public_url, hub.installations_of(app_id))
     return json_response([hub.render.installation(i) for i in page], headers=headers)
 
 
 @routes.get("/app/installations/{installation_id}")
+@requires_no_permission("an App JWT")
 async def get_installation(request: web.Request) -> web.Response:
     """Describe one installation."""
-    hub = require_app(request)
-    return json_response(hub.render.installation(installation_of(request, hub)))
+    hub, app_id = require_app(request)
+    return json_response(hub.render.installation(installation_of(request, hub, app_id)))
 
 
 class AccessTokenBody(BaseModel):
@@ -79,15 +82,25 @@ class AccessTokenBody(BaseModel):
 
     repositories: list[str] | None = None
     repository_ids: list[int] | None = None
-    permissions: dict[str, str] | None = None
+    permissions: dict[str, Level] | None = None
 
 
 @routes.post("/app/installations/{installation_id}/access_tokens")
+@requires_no_permission("an App JWT")
 async def create_access_token(request: web.Request) -> web.Response:
-    """Mint an installation access token, optionally limited to some repositories."""
-    hub = require_app(request)
-    inst = installation_of(request, hub)
+    """Mint an installation access token, optionally limited to repositories and permissions."""
+    hub, app_id = require_app(request)
+    inst = installation_of(request, hub, app_id)
     body = await read_body(request, AccessTokenBody, "InstallationAccessToken")
+    granted = hub.app_facts(app_id).permissions
+    if body.permissions is not None and not all(
+        Permission(name, level).granted_by(granted) for name, level in body.permissions.items()
+    ):
+        raise ApiError(422, "The permissions requested are not granted to this installation.")
+    permissions = dict(granted)
+    if body.permissions is not None:
+        # Every token keeps metadata: GitHub grants it with any repository permission.
+        permissions = {**{k: v for k, v in granted.items() if k == "metadata"}, **body.permissions}
     owned = [r for r in hub.state.repos if r.owner == inst.account]
     selected: list[Repo] | None = None
     if body.repositories is not None or body.repository_ids is not None:
@@ -100,11 +113,12 @@ async def create_access_token(request: web.Request) -> web.Response:
                 "There is at least one repository that does not exist or is not accessible "
                 "to the parent installation.",
             )
-    token = hub.auth.mint(inst.id, [r.id for r in selected] if selected is not None else None)
+    repository_ids = [r.id for r in selected] if selected is not None else None
+    token = hub.auth.mint(inst.id, repository_ids, permissions)
     data: Json = {
         "token": token.token,
         "expires_at": token.expires_at,
-        "permissions": body.permissions or APP_PERMISSIONS,
+        "permissions": permissions,
         "repository_selection": "all" if selected is None else "selected",
     }
     if selected is not None:
@@ -113,6 +127,7 @@ async def create_access_token(request: web.Request) -> web.Response:
 
 
 @routes.get("/installation/repositories")
+@requires_no_permission("any installation token")
 async def list_installation_repositories(request: web.Request) -> web.Response:
     """List the repositories an installation token can reach."""
     hub = hub_of(request)
@@ -138,15 +153,17 @@ async def list_installation_repositories(request: web.Request) -> web.Response:
 
 
 @routes.get("/repos/{owner}/{repo}/installation")
+@requires_no_permission("an App JWT")
 async def get_repo_installation(request: web.Request) -> web.Response:
     """Find the App's installation covering a repository."""
-    hub = require_app(request)
+    hub, app_id = require_app(request)
     repo = hub.repo(request.match_info["owner"], request.match_info["repo"])
-    inst = or_not_found(hub.installation(repo.owner) if repo else None)
+    inst = or_not_found(hub.installation(repo.owner, app_id) if repo else None)
     return json_response(hub.render.installation(inst))
 
 
 @routes.get("/rate_limit")
+@requires_no_permission("anyone")
 async def rate_limit(request: web.Request) -> web.Response:
     """Report the caller's rate limit (generous and never enforced)."""
     hub = hub_of(request)
@@ -169,6 +186,7 @@ class CreateRepoBody(BaseModel):
 
 
 @routes.post("/user/repos")
+@requires_no_permission("users only: installations are refused")
 async def create_repo(request: web.Request) -> web.Response:
     """Create a repository for the authenticated user, installing the App on the account."""
     hub = hub_of(request)

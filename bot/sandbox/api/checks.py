@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from bot.sandbox import checks
 from bot.sandbox.auth import APP_ID
 from bot.sandbox.hub import Hub, actor_of, hub_of, login_of, repo_of
+from bot.sandbox.permissions import read, requires, write
 from bot.sandbox.rest import (
     ApiError,
     forbidden_integration,
@@ -102,6 +103,7 @@ def suite_of(request: web.Request, repo: Repo) -> CheckSuite:
 
 
 @routes.post("/repos/{owner}/{repo}/check-runs")
+@requires(write("checks"))
 async def create_check_run(request: web.Request) -> web.Response:
     """Create a check run for the calling App (its suite is created on demand)."""
     hub = hub_of(request)
@@ -125,6 +127,7 @@ async def create_check_run(request: web.Request) -> web.Response:
 
 
 @routes.get(RUN)
+@requires(read("checks"))
 async def get_check_run(request: web.Request) -> web.Response:
     """Return one check run."""
     hub = hub_of(request)
@@ -133,6 +136,7 @@ async def get_check_run(request: web.Request) -> web.Response:
 
 
 @routes.patch(RUN)
+@requires(write("checks"))
 async def update_check_run(request: web.Request) -> web.Response:
     """Update the calling App's own check run."""
     hub = hub_of(request)
@@ -181,6 +185,7 @@ async def _runs_response(
 
 
 @routes.get(COMMIT + "/check-runs")
+@requires(read("checks"))
 async def list_check_runs_for_ref(request: web.Request) -> web.Response:
     """List the check runs of a commit (a sha or a branch name)."""
     hub = hub_of(request)
@@ -192,6 +197,7 @@ async def list_check_runs_for_ref(request: web.Request) -> web.Response:
 
 
 @routes.get(COMMIT + "/check-suites")
+@requires(read("checks"))
 async def list_check_suites_for_ref(request: web.Request) -> web.Response:
     """List the check suites of a commit."""
     hub = hub_of(request)
@@ -214,6 +220,7 @@ async def list_check_suites_for_ref(request: web.Request) -> web.Response:
 
 
 @routes.get(SUITE)
+@requires(read("checks"))
 async def get_check_suite(request: web.Request) -> web.Response:
     """Return one check suite."""
     hub = hub_of(request)
@@ -222,6 +229,7 @@ async def get_check_suite(request: web.Request) -> web.Response:
 
 
 @routes.get(SUITE + "/check-runs")
+@requires(read("checks"))
 async def list_check_runs_in_suite(request: web.Request) -> web.Response:
     """List the check runs of one suite."""
     hub = hub_of(request)
@@ -231,6 +239,7 @@ async def list_check_runs_in_suite(request: web.Request) -> web.Response:
 
 
 @routes.post("/repos/{owner}/{repo}/statuses/{sha}")
+@requires(write("statuses"))
 async def create_status(request: web.Request) -> web.Response:
     """Set a commit status and send the `status` webhook."""
     hub = hub_of(request)
@@ -287,6 +296,7 @@ def _latest_statuses(repo: Repo, sha: str) -> list[CommitStatus]:
 
 
 @routes.get(COMMIT + "/status")
+@requires(read("statuses"))
 async def combined_status(request: web.Request) -> web.Response:
     """Combine the latest status per context of a commit."""
     hub = hub_of(request)
@@ -298,6 +308,7 @@ async def combined_status(request: web.Request) -> web.Response:
 
 
 @routes.get(COMMIT + "/statuses")
+@requires(read("statuses"))
 async def list_statuses(request: web.Request) -> web.Response:
     """List every status of a commit, newest first."""
     hub = hub_of(request)

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, RootModel, field_validator
 
 from bot.sandbox import events
 from bot.sandbox.hub import Hub, hub_of, login_of, repo_of
+from bot.sandbox.permissions import read, requires, write
 from bot.sandbox.render import REACTIONS
 from bot.sandbox.rest import ApiError, int_param, json_response, or_not_found, paginate, read_body
 from bot.sandbox.state import Comment, Issue, Reaction, Repo, utc_now
@@ -100,6 +101,7 @@ def comment_of(request: web.Request, repo: Repo) -> tuple[Issue, Comment]:
 
 
 @routes.get("/repos/{owner}/{repo}/issues")
+@requires(read("issues"))
 async def list_issues(request: web.Request) -> web.Response:
     """List issues and pull requests, filtered and sorted like GitHub."""
     hub = hub_of(request)
@@ -127,6 +129,7 @@ async def list_issues(request: web.Request) -> web.Response:
 
 
 @routes.post("/repos/{owner}/{repo}/issues")
+@requires(write("issues"))
 async def create_issue(request: web.Request) -> web.Response:
     """Open an issue (labels and assignees announced after `opened`, as GitHub does)."""
     hub = hub_of(request)
@@ -152,6 +155,7 @@ async def create_issue(request: web.Request) -> web.Response:
 
 
 @routes.get(ISSUE)
+@requires(read("issues"))
 async def get_issue(request: web.Request) -> web.Response:
     """Return one issue (or the issue side of a pull request)."""
     repo = repo_of(request)
@@ -159,6 +163,7 @@ async def get_issue(request: web.Request) -> web.Response:
 
 
 @routes.patch(ISSUE)
+@requires(write("issues"))
 async def update_issue(request: web.Request) -> web.Response:
     """Edit an issue: title, body, state (with reason), labels, assignees."""
     hub = hub_of(request)
@@ -196,6 +201,7 @@ async def _change_labels(
 
 
 @routes.get(ISSUE + "/labels")
+@requires(read("issues"))
 async def list_issue_labels(request: web.Request) -> web.Response:
     """List the labels on an issue."""
     hub = hub_of(request)
@@ -207,18 +213,21 @@ async def list_issue_labels(request: web.Request) -> web.Response:
 
 
 @routes.post(ISSUE + "/labels")
+@requires(write("issues"))
 async def add_issue_labels(request: web.Request) -> web.Response:
     """Add labels to an issue, creating unknown ones."""
     return await _change_labels(request, events.add_labels)
 
 
 @routes.put(ISSUE + "/labels")
+@requires(write("issues"))
 async def set_issue_labels(request: web.Request) -> web.Response:
     """Replace all labels on an issue."""
     return await _change_labels(request, events.replace_labels)
 
 
 @routes.delete(ISSUE + "/labels/{name:.+}")
+@requires(write("issues"))
 async def remove_issue_label(request: web.Request) -> web.Response:
     """Remove one label from an issue."""
     hub = hub_of(request)
@@ -232,6 +241,7 @@ async def remove_issue_label(request: web.Request) -> web.Response:
 
 
 @routes.get(ISSUE + "/comments")
+@requires(read("issues"))
 async def list_comments(request: web.Request) -> web.Response:
     """List an issue's comments, oldest first."""
     hub = hub_of(request)
@@ -244,6 +254,7 @@ async def list_comments(request: web.Request) -> web.Response:
 
 
 @routes.post(ISSUE + "/comments")
+@requires(write("issues"))
 async def create_comment(request: web.Request) -> web.Response:
     """Comment on an issue or pull request."""
     hub = hub_of(request)
@@ -276,6 +287,7 @@ def _announce_comment(
 
 
 @routes.get(COMMENT)
+@requires(read("issues"))
 async def get_comment(request: web.Request) -> web.Response:
     """Return one issue comment."""
     repo = repo_of(request)
@@ -284,6 +296,7 @@ async def get_comment(request: web.Request) -> web.Response:
 
 
 @routes.patch(COMMENT)
+@requires(write("issues"))
 async def update_comment(request: web.Request) -> web.Response:
     """Edit an issue comment."""
     hub = hub_of(request)
@@ -300,6 +313,7 @@ async def update_comment(request: web.Request) -> web.Response:
 
 
 @routes.delete(COMMENT)
+@requires(write("issues"))
 async def delete_comment(request: web.Request) -> web.Response:
     """Delete an issue comment."""
     hub = hub_of(request)
@@ -312,6 +326,7 @@ async def delete_comment(request: web.Request) -> web.Response:
 
 
 @routes.get(COMMENT + "/reactions")
+@requires(read("issues"))
 async def list_reactions(request: web.Request) -> web.Response:
     """List the reactions on a comment, optionally of one kind."""
     hub = hub_of(request)
@@ -324,6 +339,7 @@ async def list_reactions(request: web.Request) -> web.Response:
 
 
 @routes.post(COMMENT + "/reactions")
+@requires(write("issues"))
 async def create_reaction(request: web.Request) -> web.Response:
     """React to a comment: 201 when new, 200 with the existing reaction otherwise."""
     hub = hub_of(request)

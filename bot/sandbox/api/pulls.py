@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from bot.sandbox import events, pulls, refs
 from bot.sandbox.hub import Hub, hub_of, login_of, repo_of
+from bot.sandbox.permissions import read, requires, write
 from bot.sandbox.rest import (
     custom_invalid,
     diff_response,
@@ -93,6 +94,7 @@ async def full_pull(hub: Hub, repo: Repo, issue: Issue, status: int = 200) -> we
 
 
 @routes.get("/repos/{owner}/{repo}/pulls")
+@requires(read("pull_requests"))
 async def list_pulls(request: web.Request) -> web.Response:
     """List pull requests, filtered by state, head (`owner:branch`) and base."""
     hub = hub_of(request)
@@ -120,6 +122,7 @@ async def list_pulls(request: web.Request) -> web.Response:
 
 
 @routes.post("/repos/{owner}/{repo}/pulls")
+@requires(write("pull_requests"))
 async def create_pull(request: web.Request) -> web.Response:
     """Open a pull request from a branch of the same repository."""
     hub = hub_of(request)
@@ -176,6 +179,7 @@ async def create_pull(request: web.Request) -> web.Response:
 
 
 @routes.get(PULL)
+@requires(read("pull_requests"))
 async def get_pull(request: web.Request) -> web.Response:
     """Return one pull request (or its diff, for the diff media type)."""
     hub = hub_of(request)
@@ -188,6 +192,7 @@ async def get_pull(request: web.Request) -> web.Response:
 
 
 @routes.patch(PULL)
+@requires(write("pull_requests"))
 async def update_pull(request: web.Request) -> web.Response:
     """Edit a pull request: title, body, state, base."""
     hub = hub_of(request)
@@ -221,6 +226,7 @@ async def update_pull(request: web.Request) -> web.Response:
 
 
 @routes.get(PULL + "/files")
+@requires(read("pull_requests"))
 async def list_files(request: web.Request) -> web.Response:
     """List the files a pull request changes (diff from the merge base to the head)."""
     hub = hub_of(request)
@@ -232,6 +238,7 @@ async def list_files(request: web.Request) -> web.Response:
 
 
 @routes.put(PULL + "/merge")
+@requires(write("contents"))
 async def merge_pull(request: web.Request) -> web.Response:
     """Merge a pull request (merge commit or squash)."""
     hub = hub_of(request)
@@ -254,6 +261,7 @@ async def merge_pull(request: web.Request) -> web.Response:
 
 
 @routes.get(PULL + "/reviews")
+@requires(read("pull_requests"))
 async def list_reviews(request: web.Request) -> web.Response:
     """List a pull request's reviews, oldest first."""
     hub = hub_of(request)
@@ -264,6 +272,7 @@ async def list_reviews(request: web.Request) -> web.Response:
 
 
 @routes.post(PULL + "/reviews")
+@requires(write("pull_requests"))
 async def create_review(request: web.Request) -> web.Response:
     """Submit a review (APPROVE, REQUEST_CHANGES, COMMENT) with optional line comments."""
     hub = hub_of(request)
@@ -333,6 +342,7 @@ async def _line_comments(
 
 
 @routes.get(PULL + "/comments")
+@requires(read("pull_requests"))
 async def list_review_comments(request: web.Request) -> web.Response:
     """List the review comments on a pull request's diff."""
     hub = hub_of(request)

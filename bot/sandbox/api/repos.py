@@ -11,6 +11,7 @@ from bot.sandbox import refs
 from bot.sandbox.auth import ADMIN_LOGIN
 from bot.sandbox.events import ensure_label
 from bot.sandbox.hub import hub_of, login_of, repo_of
+from bot.sandbox.permissions import read, requires, write
 from bot.sandbox.rest import (
     ApiError,
     diff_response,
@@ -38,12 +39,14 @@ _ROLE_RANK = ["read", "triage", "write", "maintain", "admin"]
 
 
 @routes.get("/repos/{owner}/{repo}")
+@requires(read("metadata"))
 async def get_repo(request: web.Request) -> web.Response:
     """Describe a repository."""
     return json_response(hub_of(request).render.repo(repo_of(request)))
 
 
 @routes.get("/repos/{owner}/{repo}/branches/{branch:.+}")
+@requires(read("contents"))
 async def get_branch(request: web.Request) -> web.Response:
     """Describe a branch and its tip commit."""
     hub = hub_of(request)
@@ -74,6 +77,7 @@ async def get_branch(request: web.Request) -> web.Response:
 
 
 @routes.delete("/repos/{owner}/{repo}/git/refs/{ref:.+}")
+@requires(write("contents"))
 async def delete_ref(request: web.Request) -> web.Response:
     """Delete a branch (`heads/<name>`), with the push webhook GitHub sends for it."""
     hub = hub_of(request)
@@ -86,6 +90,7 @@ async def delete_ref(request: web.Request) -> web.Response:
 
 
 @routes.get("/repos/{owner}/{repo}/compare/{basehead:.+}")
+@requires(read("contents"))
 async def compare(request: web.Request) -> web.StreamResponse:
     """Compare two commits (`base...head`) as GitHub does: from their merge base."""
     hub = hub_of(request)
@@ -138,6 +143,7 @@ async def compare(request: web.Request) -> web.StreamResponse:
 
 @routes.get("/repos/{owner}/{repo}/contents")
 @routes.get("/repos/{owner}/{repo}/contents/{path:.+}")
+@requires(read("contents"))
 async def get_contents(request: web.Request) -> web.Response:
     """Return a file (base64) or a directory listing at a ref (default branch by default)."""
     hub = hub_of(request)
@@ -160,6 +166,7 @@ async def get_contents(request: web.Request) -> web.Response:
 
 
 @routes.get("/repos/{owner}/{repo}/collaborators/{username}/permission")
+@requires(read("metadata"))
 async def collaborator_permission(request: web.Request) -> web.Response:
     """Report a user's permission on a repository."""
     hub = hub_of(request)
@@ -190,6 +197,7 @@ def role_of(repo: Repo, login: str) -> str:
 
 
 @routes.get("/repos/{owner}/{repo}/labels")
+@requires(read("issues"), read("pull_requests"))
 async def list_labels(request: web.Request) -> web.Response:
     """List a repository's labels."""
     hub = hub_of(request)
@@ -207,6 +215,7 @@ class CreateLabelBody(BaseModel):
 
 
 @routes.post("/repos/{owner}/{repo}/labels")
+@requires(write("issues"), write("pull_requests"))
 async def create_label(request: web.Request) -> web.Response:
     """Create a label."""
     hub = hub_of(request)

@@ -1,0 +1,345 @@
+"""`baton doctor`: check a deployment before it takes work, one line per check.
+
+Each check is a small function returning `Finding`s; the judging of what a check
+found is pure (`judge_*`), and so is the rendering. `FAIL` means Baton cannot work
+this way; `warn` means it can, at a risk the line names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+import jwt
+import redis
+from gidgethub import GitHubException, apps
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from bot.agents import AgentConfigError, adapter_for
+from bot.github import GitHubApp
+from bot.manifest import ManifestError, load_manifest
+from bot.metrics import Tally
+from bot.settings import Settings, SettingsError
+from bot.store import Store
+
+Status = Literal["ok", "warn", "FAIL"]
+
+MIN_GIT = (2, 17)  # `git worktree remove`, which Baton's workspaces use
+MIN_FREE_BYTES = 5 * 1024**3
+MIN_WEBHOOK_SECRET_CHARS = 20
+REDIS_TIMEOUT_S = 5.0
+_GIT_VERSION = re.compile(r"git version (\d+)\.(\d+)")
+_LEVELS = {"read": 1, "write": 2}
+
+
+class Finding(BaseModel):
+    """What one check found."""
+
+    model_config = ConfigDict(frozen=True)
+
+    check: str
+    status: Status
+    detail: str
+
+
+def ok(check: str, detail: str) -> Finding:
+    """Return a passed check."""
+    return Finding(check=check, status="ok", detail=detail)
+
+
+def warn(check: str, detail: str) -> Finding:
+    """Return a check that passed at a risk."""
+    return Finding(check=check, status="warn", detail=detail)
+
+
+def fail(check: str, detail: str) -> Finding:
+    """Return a failed check; its detail says what to fix."""
+    return Finding(check=check, status="FAIL", detail=detail)
+
+
+def render(findings: Sequence[Finding]) -> str:
+    """Render one line per check: its status, its name, what it found or the fix."""
+    return "\n".join(f"{f.status:<4} {f.check}: {f.detail}" for f in findings)
+
+
+def exit_code(findings: Sequence[Finding]) -> int:
+    """Return 1 when any check failed, else 0."""
+    return 1 if any(f.status == "FAIL" for f in findings) else 0
+
+
+# ---------------------------------------------------------------- pure judgements
+
+
+def judge_settings(problems: Sequence[str], settings: Settings | None) -> Finding:
+    """Judge the settings: every problem named, or which App on which GitHub they set."""
+    if problems or settings is None:
+        return fail("settings", "; ".join(problems))
+    return ok("settings", f"App {settings.github_app_id} on {settings.github_api_url}")
+
+
+def judge_git(version_output: str | None) -> Finding:
+    """Judge `git --version`'s output (None: git is not on PATH)."""
+    if version_output is None:
+        return fail("git", "git is not on PATH: install git 2.17 or later")
+    match = _GIT_VERSION.search(version_output)
+    if match is None:
+        return fail("git", f"cannot read git's version from {version_output.strip()!r}")
+    found = (int(match.group(1)), int(match.group(2)))
+    if found < MIN_GIT:
+        return fail(
+            "git",
+            f"git {found[0]}.{found[1]} is too old: Baton's worktrees need 2.17 or later",
+        )
+    return ok("git", version_output.strip())
+
+
+def judge_persistence(appendonly: str | None, save: str | None) -> Finding:
+    """Judge Redis's persistence from CONFIG GET (None: CONFIG is refused, as managed Redis may)."""
+    if appendonly is None or save is None:
+        return warn(
+            "redis persistence",
+            "cannot tell: this Redis refuses CONFIG GET; make sure it persists "
+            "(appendonly yes), or a restart forgets every run",
+        )
+    if appendonly == "yes":
+        return ok("redis persistence", "append-only file on")
+    if save.strip():
+        return warn(
+            "redis persistence",
+            f"snapshots only (save {save}): a crash loses what changed since the last one; "
+            "set appendonly yes",
+        )
+    return warn(
+        "redis persistence",
+        "off: a restart forgets every run and claim; set appendonly yes (or save)",
+    )
+
+
+def judge_webhook_secret(secret: str | None, demo_mode: bool) -> Finding:
+    """Judge the webhook secret's presence and length (never showing it)."""
+    if secret is None:
+        if demo_mode:
+            return warn("webhook secret", "unset: BATON_DEMO accepts unsigned webhooks")
+        return fail(
+            "webhook secret",
+            "GITHUB_WEBHOOK_SECRET is unset: set it to the App's webhook secret",
+        )
+    if len(secret) < MIN_WEBHOOK_SECRET_CHARS:
+        return warn(
+            "webhook secret",
+            f"only {len(secret)} characters: use {MIN_WEBHOOK_SECRET_CHARS} or more random ones "
+            "(e.g. `openssl rand -hex 20`) in the App's settings and GITHUB_WEBHOOK_SECRET",
+        )
+    return ok("webhook secret", f"set ({len(secret)} characters)")
+
+
+def judge_disk(path: Path, writable: bool, free_bytes: int) -> Finding:
+    """Judge the data directory: writable, with room for mirrors and worktrees."""
+    if not writable:
+        return fail(
+            "disk",
+            f"BATON_DATA_DIR={path} is not writable by this user: "
+            "fix its owner or set BATON_DATA_DIR to a writable directory",
+        )
+    free = f"{free_bytes / 1024**3:.1f} GiB free in {path}"
+    if free_bytes < MIN_FREE_BYTES:
+        return warn("disk", f"only {free}: mirrors and worktrees need room")
+    return ok("disk", free)
+
+
+def missing_permissions(granted: Mapping[str, str], wanted: Mapping[str, str]) -> list[str]:
+    """Return the permissions `wanted` asks for that `granted` lacks, as `name: level`."""
+    return [
+        f"{name}: {level}"
+        for name, level in sorted(wanted.items())
+        if _LEVELS.get(granted.get(name, ""), 0) < _LEVELS.get(level, 0)
+    ]
+
+
+def redacted_url(url: str) -> str:
+    """Return a URL without its password, to show it."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+# ---------------------------------------------------------------- checks
+
+
+def check_settings() -> tuple[Finding, Settings | None]:
+    """Load the settings, naming every variable that is missing or invalid."""
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        problems = [
+            f"{'.'.join(str(part) for part in err['loc']) or 'settings'}: {err['msg']}"
+            for err in exc.errors()
+        ]
+        return judge_settings(problems, None), None
+    problems = []
+    for required in ("app_id", "private_key"):
+        try:
+            getattr(settings, required)
+        except SettingsError as exc:
+            problems.append(str(exc))
+    return judge_settings(problems, settings), settings
+
+
+def check_redis(settings: Settings) -> list[Finding]:
+    """Check Redis answers, and whether it keeps Baton's state across a restart."""
+    client = redis.Redis.from_url(
+        settings.redis_url,
+        decode_responses=True,
+        socket_connect_timeout=REDIS_TIMEOUT_S,
+        socket_timeout=REDIS_TIMEOUT_S,
+    )
+    shown = redacted_url(settings.redis_url)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        return [fail("redis", f"cannot reach {shown} ({exc}): start Redis or fix REDIS_URL")]
+    try:
+        appendonly = str(client.config_get("appendonly").get("appendonly", ""))
+        save = str(client.config_get("save").get("save", ""))
+    except redis.ResponseError:
+        return [ok("redis", f"{shown} answers"), judge_persistence(None, None)]
+    return [ok("redis", f"{shown} answers"), judge_persistence(appendonly, save)]
+
+
+def check_git() -> Finding:
+    """Check git is on PATH and new enough for Baton's worktrees."""
+    if shutil.which("git") is None:
+        return judge_git(None)
+    done = subprocess.run(["git", "--version"], capture_output=True, text=True, check=False)
+    return judge_git(done.stdout)
+
+
+async def check_app(settings: Settings) -> list[Finding]:
+    """Check the App's JWT is accepted, and mint one installation token with it."""
+    try:
+        app_id, private_key = settings.app_id, settings.private_key
+    except SettingsError as exc:
+        return [fail("app", f"not checked: {exc}")]
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        # A tally of its own, never written: the doctor's calls are not Baton's work.
+        github = GitHubApp(settings, Store.from_url(settings.redis_url), session, Tally())
+        client = github.app_client()
+        try:
+            app: dict[str, Any] = await client.getitem("/app")
+        except GitHubException as exc:
+            return [
+                fail(
+                    "app",
+                    f"{settings.github_api_url} refused the App's JWT ({exc}): GITHUB_APP_ID "
+                    "or the private key is wrong; generate a new key in the App's settings",
+                )
+            ]
+        except aiohttp.ClientError as exc:
+            return [fail("app", f"cannot reach {settings.github_api_url} ({exc}): check it")]
+        except (ValueError, jwt.PyJWTError) as exc:  # a malformed key, refused by PyJWT
+            return [fail("app", f"the private key is not a PEM RSA key ({exc}): replace it")]
+        found = ok("app", f"JWT accepted for {app['slug']} (App {app['id']})")
+        try:
+            installations = await client.getitem("/app/installations?per_page=1")
+            if not installations:
+                install = f"{app['html_url'].rstrip('/')}/installations/new"
+                return [
+                    found,
+                    warn("installation", f"no installations yet: install the App at {install}"),
+                ]
+            first = installations[0]
+            token = await apps.get_installation_access_token(
+                client, installation_id=str(first["id"]), app_id=app_id, private_key=private_key
+            )
+        except (GitHubException, aiohttp.ClientError) as exc:
+            return [found, fail("installation", f"cannot mint an installation token: {exc}")]
+    account = first["account"]["login"]
+    return [found, judge_installation(first["id"], account, token.get("permissions", {}))]
+
+
+def judge_installation(installation_id: int, account: str, granted: Mapping[str, str]) -> Finding:
+    """Judge a minted token: does the installation grant what app.yml asks for?"""
+    minted = f"minted a token for installation {installation_id} on {account}"
+    try:
+        wanted = load_manifest().default_permissions
+    except ManifestError:
+        return ok("installation", minted)
+    lacking = missing_permissions(granted, wanted)
+    if lacking:
+        return warn(
+            "installation",
+            f"{minted}, but it lacks {', '.join(lacking)} that app.yml asks for: "
+            "accept the new permissions in the installation's settings",
+        )
+    return ok("installation", minted)
+
+
+def check_webhook_secret(settings: Settings) -> Finding:
+    """Check the webhook secret is set and not trivially short."""
+    secret = settings.github_webhook_secret
+    return judge_webhook_secret(
+        secret.get_secret_value() if secret is not None else None, settings.demo_mode
+    )
+
+
+def check_agent(settings: Settings) -> Finding:
+    """Check the agent is configured and its CLI is on PATH."""
+    try:
+        adapter_for(settings)
+    except AgentConfigError as exc:
+        return fail("agent", str(exc))
+    if settings.agent == "command":
+        assert settings.agent_command is not None  # the adapter refused it otherwise
+        program = shlex.split(settings.agent_command)[0]
+        missing = f"BATON_AGENT_COMMAND runs {program}, which is not on PATH: install it or fix it"
+    else:
+        program = settings.agent_binary or settings.agent
+        missing = (
+            f"the {settings.agent} CLI {program} is not on PATH: "
+            "install it, or set BATON_AGENT_BINARY to its path"
+        )
+    found = shutil.which(program)
+    if found is None:
+        return fail("agent", missing)
+    return ok("agent", f"{settings.agent}: {found}")
+
+
+def check_disk(settings: Settings) -> Finding:
+    """Check the data directory (or where it will be made) is writable and has room."""
+    path = settings.data_dir.resolve()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    writable = existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
+    return judge_disk(path, writable, shutil.disk_usage(existing).free)
+
+
+async def diagnose() -> list[Finding]:
+    """Run every check; those that need settings run only when the settings load."""
+    settings_finding, settings = check_settings()
+    findings = [settings_finding]
+    if settings is not None:
+        findings += await asyncio.to_thread(check_redis, settings)
+    findings.append(check_git())
+    if settings is not None:
+        findings += await check_app(settings)
+        findings += [check_webhook_secret(settings), check_agent(settings), check_disk(settings)]
+    return findings
+
+
+def run_doctor() -> int:
+    """Print one line per check; return 1 when any failed."""
+    findings = asyncio.run(diagnose())
+    print(render(findings), flush=True)
+    return exit_code(findings)

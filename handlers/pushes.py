@@ -1,0 +1,47 @@
+"""Push events: a changed `.github/baton.yml` on the default branch is read again at once.
+
+The web process routes `labeled` events by each repository's own queue label,
+which it learns when a worker reads the repository's file; reading it as soon as
+it changes means a renamed queue label works from the next label a maintainer adds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gidgethub.routing import Router
+from gidgethub.sansio import Event
+
+from bot.config import CONFIG_PATH
+from bot.dispatch import repo_config_job
+from handlers.context import HandlerContext
+
+router = Router()
+
+COMMITS_LISTED = 20  # a push event lists at most this many commits; more may hide the file
+
+
+def touches_config(commits: Iterable[Mapping[str, Any]]) -> bool:
+    """Return whether the pushed commits may have changed the Baton file."""
+    listed = list(commits)
+    if len(listed) >= COMMITS_LISTED:
+        return True
+    return any(
+        CONFIG_PATH in (commit.get(change) or ())
+        for commit in listed
+        for change in ("added", "modified", "removed")
+    )
+
+
+@router.register("push")
+async def config_pushed(event: Event, ctx: HandlerContext) -> None:
+    """Read the repository's Baton file again when a push to its default branch changes it."""
+    repo = event.data["repository"]
+    if event.data.get("deleted") or event.data["ref"] != f"refs/heads/{repo['default_branch']}":
+        return
+    if not touches_config(event.data.get("commits") or ()):
+        return
+    installation_id = ctx.installation_id(event)
+    if installation_id is not None:
+        ctx.enqueue(repo_config_job(installation_id, repo["full_name"], event.data["after"]))

@@ -1,0 +1,74 @@
+"""`baton clock` as a real process: it sweeps and moves scheduled jobs with no worker running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from bot.dispatch import Dispatcher, sync_labels_job
+from bot.model import IssueRef, utcnow
+from bot.sandbox.maintainer import eventually
+from bot.settings import Settings
+from bot.store import Store
+
+
+@pytest.fixture
+def clock(
+    sandbox: dict[str, str], redis_url: str, tmp_path: Path
+) -> Iterator[subprocess.Popen[str]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "BATON_"))}
+    env.update({k: v for k, v in sandbox.items() if k != "SANDBOX_ADMIN_TOKEN"})
+    env.update(
+        REDIS_URL=redis_url, BATON_DATA_DIR=str(tmp_path / "data"), BATON_SWEEP_INTERVAL_SECONDS="1"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bot", "clock"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    yield process
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+async def test_the_clock_sweeps_and_enqueues_due_jobs_without_any_worker(
+    clock: subprocess.Popen[str], redis_url: str, sandbox: dict[str, str]
+) -> None:
+    store = Store.from_url(redis_url)
+    dispatch = Dispatcher.from_url(redis_url, Settings(REDIS_URL=redis_url))
+    issue = IssueRef(installation_id=1, repo="octo/clockwork", number=7)
+    due = utcnow() + timedelta(seconds=1)
+    dispatch.enqueue_at(sync_labels_job(issue), due)
+
+    async def swept_twice() -> bool:
+        first = store.marks().get("sweep")
+        return first is not None and await eventually(
+            lambda: _later_mark(store, first), "a second sweep", within=30
+        )
+
+    await eventually(swept_twice, "the clock sweeping every second", within=30)
+
+    async def queued() -> int | None:
+        return dispatch.depths()["baton-events"] or None
+
+    assert await eventually(queued, "the scheduled job reaching its queue", within=30) == 1
+    assert utcnow() >= due
+
+    clock.send_signal(signal.SIGTERM)
+    output, _ = clock.communicate(timeout=20)
+    assert clock.returncode == 0, output
+    assert "baton clock stopping (SIGTERM)" in output
+
+
+async def _later_mark(store: Store, first: str) -> bool:
+    return store.marks().get("sweep", first) > first
