@@ -117,7 +117,8 @@ def run_demo(keep: bool, workdir: Path | None) -> int:
         redis_url=redis_url,
         agent_command=f"{sys.executable} -m bot.demo_agent",
         # The demo shows a person its logs (and their tails if it fails): text reads better.
-        extra_env={"BATON_LOG_FORMAT": "text"},
+        # The status page opens with this token (shown with --keep, for a look around).
+        extra_env={"BATON_LOG_FORMAT": "text", "BATON_OPERATOR_TOKEN": secrets.token_urlsafe(16)},
     )
     timeline = Timeline()
     try:
@@ -211,6 +212,8 @@ def _print_summary(stack: LocalBaton, timeline: Timeline, outcome: DemoOutcome, 
     runs_dir = stack.workdir / "baton" / "runs" / outcome.repo / str(outcome.issue)
     print(f"  the agent's run       {runs_dir}")
     if keep:
+        token = stack.extra_env["BATON_OPERATOR_TOKEN"]
+        print(f"  Baton's status page   {stack.web_url}/status?token={token}")
         print(
             f"  still running: sandbox {stack.sandbox_url}, web {stack.web_url} "
             f"(env in {stack.workdir / 'sandbox' / 'app.env'}, REDIS_URL={stack.redis_url})"
