@@ -1,6 +1,6 @@
 """The deployment files agree with Baton and with one another.
 
-Procfile (Heroku), fly.toml (Fly.io) and the Dockerfile each start Baton's processes;
+Procfile (Heroku), docs/deploy/fly.toml (Fly.io) and docs/deploy/Dockerfile each start Baton's processes;
 every command they name must be one `baton` accepts, and the platforms must run the
 same processes with the data directory on the volume.
 """
@@ -19,6 +19,7 @@ import pytest
 from bot.cli import build_parser
 
 ROOT = Path(__file__).parents[1]
+DEPLOY = ROOT / "docs" / "deploy"  # the repository's top level holds only what Baton is
 PROCESSES = {"web", "worker", "clock"}
 
 
@@ -34,7 +35,7 @@ def procfile() -> dict[str, str]:
 
 def fly() -> dict[str, Any]:
     """Return fly.toml as TOML."""
-    with (ROOT / "fly.toml").open("rb") as file:
+    with (DEPLOY / "fly.toml").open("rb") as file:
         return tomllib.load(file)
 
 
@@ -42,7 +43,7 @@ def dockerfile() -> list[tuple[str, str]]:
     """Return the Dockerfile's instructions as (INSTRUCTION, arguments), continuations joined."""
     instructions: list[tuple[str, str]] = []
     pending = ""
-    for line in (ROOT / "Dockerfile").read_text().splitlines():
+    for line in (DEPLOY / "Dockerfile").read_text().splitlines():
         if not pending and (not line.strip() or line.lstrip().startswith("#")):
             continue
         if line.endswith("\\"):
