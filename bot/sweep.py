@@ -21,7 +21,7 @@ import logging
 import os
 import socket
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from bot.chains import names_a_chain
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 LEASE_MS = 10 * 60 * 1000  # far above a pass; a sweeper that died frees it by then
 SWEEP_KEY = "sweep"
+WAIT_GRACE = timedelta(minutes=2)
 
 
 @dataclass
@@ -67,10 +68,11 @@ async def sweep(services: Services, now: datetime | None = None) -> SweepReport 
         report = SweepReport()
         async with github_app(services.settings, store) as app:
             await _in_flight(services, app, report)
-            for halt in halted_plan(store, now or utcnow()).due:
+            now = now or utcnow()
+            for halt in halted_plan(store, now).due:
                 if resume(services, halt):
                     report.resumed.append(str(halt.issue))
-            await _queued_but_idle(services, app, report)
+            await _queued_but_idle(services, app, report, now)
         store.mark("sweep", utcnow())
         log.info("sweep: %s", report.summary())
         return report
@@ -135,10 +137,14 @@ async def _orphaned(services: Services, gh: GitHubClient, run: Run) -> bool:
     return True
 
 
-async def _queued_but_idle(services: Services, app: GitHubApp, report: SweepReport) -> None:
+async def _queued_but_idle(
+    services: Services, app: GitHubApp, report: SweepReport, now: datetime
+) -> None:
     """Pick up open issues that carry the queue label while nothing works on or waits for them."""
     settings = services.settings
-    waiting = {issue for issue, _ in services.store.waits()}
+    # An issue waiting for a window or a run slot has a job due then; one long past its
+    # time lost that job, and is picked up like any other.
+    waiting = {issue for issue, until in services.store.waits() if until > now - WAIT_GRACE}
     async for installation in app.app_client().getiter("/app/installations"):
         installation_id = int(installation["id"])
         gh = await app.for_installation(installation_id)

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from rq import Worker
 
 from bot.devstack import LocalBaton, Process
 from bot.dispatch import job_id
-from bot.model import IssueRef, Run, RunState
+from bot.model import IssueRef, Run, RunState, utcnow
 from bot.sandbox.maintainer import Maintainer, eventually
 from bot.store import Store
 from tests.conftest import RedisServer
@@ -101,6 +102,28 @@ async def test_a_missed_labeled_webhook_is_picked_up_by_the_sweep(
         await eventually(
             lambda: asyncio.to_thread(latest_run, store, repo, number), "the sweep picking it up"
         )
+    finally:
+        await maintainer.set_webhook_url(f"{stack.web_url}/webhook")
+    await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the picked-up run", 60
+    )
+
+
+async def test_an_issue_whose_wait_lost_its_job_is_picked_up_once_the_wait_is_long_past(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack)
+    await maintainer.set_webhook_url(None)
+    try:
+        number = await queued_issue(maintainer, repo, "Waited, then forgotten", GREETING_FIX)
+        issue = IssueRef(installation_id=1, repo=repo, number=number)
+        # Waiting for a window that reopens later: the sweep leaves it to its own job.
+        store.record_wait(issue, utcnow() + timedelta(minutes=5))
+        assert str(issue) not in await asyncio.to_thread(sweep, stack)
+        assert latest_run(store, repo, number) is None
+        # The wait ended long ago and no job came: the sweep starts it.
+        store.record_wait(issue, utcnow() - timedelta(minutes=5))
+        await sweep_until(stack, f"picked_up {issue}")
     finally:
         await maintainer.set_webhook_url(f"{stack.web_url}/webhook")
     await eventually(
