@@ -84,7 +84,11 @@ class Process:
 
 
 def spawn(name: str, argv: list[str], log_dir: Path, env: dict[str, str]) -> Process:
-    """Start argv in its own process group, stdout and stderr to log_dir/name.log."""
+    """Start argv in its own process group, stdout and stderr to log_dir/name.log.
+
+    It runs in log_dir, never where it was started from: Baton reads a `.env` in its
+    working directory, and a developer's own must not reach the local stack.
+    """
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     with log_path.open("ab") as log_file:
@@ -94,6 +98,7 @@ def spawn(name: str, argv: list[str], log_dir: Path, env: dict[str, str]) -> Pro
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,
+            cwd=log_dir,
             start_new_session=True,
         )
     return Process(name, popen, log_path)

@@ -18,6 +18,15 @@ from bot.settings import Settings
 from bot.store import Store
 
 
+@pytest.fixture(scope="session", autouse=True)
+def away_from_any_env_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Run every test in an empty directory: Settings read `./.env`, and a developer's own
+    (written by `baton setup` in a checkout) must not change what the tests see."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path_factory.mktemp("cwd"))
+        yield
+
+
 class RedisServer:
     """The test session's own redis-server, which tests may flush, stop and restart."""
 

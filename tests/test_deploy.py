@@ -1,8 +1,8 @@
 """The deployment files agree with Baton and with one another.
 
-Procfile (Heroku), docs/deploy/fly.toml (Fly.io) and docs/deploy/Dockerfile each start Baton's processes;
-every command they name must be one `baton` accepts, and the platforms must run the
-same processes with the data directory on the volume.
+Procfile (Heroku), docs/deploy/fly.toml (Fly.io) and docs/deploy/Dockerfile each start
+Baton's processes; every command they name must be one `baton` accepts, and the platforms
+must run the same processes with the data directory on the volume.
 """
 
 from __future__ import annotations
