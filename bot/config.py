@@ -95,8 +95,9 @@ class LabelsConfig(_FileModel):
 
     queue: _LabelName | None = Field(
         default=None,
-        description="The label a maintainer adds to hand an issue to Baton. "
-        "Unset: `BATON_QUEUE_LABEL` (`baton:queue`).",
+        description="The label a maintainer adds to hand an issue to Baton; it works a few "
+        "seconds after the file reaches the default branch. Unset: `BATON_QUEUE_LABEL` "
+        "(`baton:queue`).",
     )
     in_progress: _LabelName | None = Field(
         default=None,
