@@ -186,6 +186,11 @@ class Workspace:
             await self.git.run(mirror, "worktree", "add", "--quiet", "-B", branch, str(path), start)
         return path
 
+    def worktree_issues(self, repo: str) -> list[int]:
+        """Return the issues of the repository that have a worktree on this machine."""
+        names = (path.name for path in (self.data_dir / "worktrees" / repo).glob("issue-*"))
+        return sorted(int(n) for name in names if (n := name.removeprefix("issue-")).isdigit())
+
     async def remove(self, repo: str, number: int) -> None:
         """Remove the issue's worktree, if it exists."""
         mirror = self.mirror_path(repo)

@@ -73,6 +73,21 @@ async def run_issue(
         services.store.release(claim)
 
 
+async def remove_finished_worktrees(services: Services, issue: IssueRef) -> None:
+    """Remove this machine's worktrees of the repository's issues whose pull request closed.
+
+    A merge is settled on whichever machine takes the job, which removes only its own
+    worktree; a machine that ran the issue clears its copy here, when it next works on
+    the repository.
+    """
+    workspace = services.workspace
+    for number in workspace.worktree_issues(issue.repo):
+        other = issue.model_copy(update={"number": number})
+        latest = services.store.latest_run(other)
+        if latest is not None and latest.state in (RunState.MERGED, RunState.CLOSED):
+            await workspace.remove(issue.repo, number)
+
+
 async def inherit_open_pr(gh: GitHubClient, previous: Run) -> dict[str, Any]:
     """Return the predecessor's PR fields for a continuation, if that PR is still open.
 
@@ -328,6 +343,7 @@ class _Attempt:
     ) -> Run | None:
         run = self._move(run, RunState.PROVISIONING)
         workspace = self.services.workspace
+        await remove_finished_worktrees(self.services, self.issue)
         token = await self.app.installation_token(self.issue.installation_id)
         mirror = await workspace.refresh_mirror(self.issue.repo, clone_url, token)
         base_sha = await workspace.rev_parse(mirror, f"refs/remotes/origin/{base}")

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from bot.dispatch import Dispatcher
 from bot.git import Git, GitError, Identity, Workspace, auth_header
+from bot.model import IssueRef, Run, RunState, utcnow
+from bot.recovery import Services
+from bot.runner import remove_finished_worktrees
+from bot.settings import Settings
+from bot.store import Store
 
 TOKEN = "ghs_SeCrEtInstallationToken"
 
@@ -119,3 +125,31 @@ async def test_removing_on_a_machine_that_never_fetched_the_repository_does_noth
     # A merge is settled by whichever worker takes the job, often not the one that ran it.
     await workspace.remove("octo/elsewhere", 2)
     assert not workspace.mirror_path("octo/elsewhere").exists()
+
+
+async def test_worktrees_of_closed_pull_requests_are_cleared_when_the_repository_is_next_worked_on(
+    origin: Path, settings: Settings, store: Store, redis_url: str
+) -> None:
+    services = Services(settings, store, Dispatcher.from_url(redis_url, settings))
+    workspace = services.workspace
+    mirror = await workspace.refresh_mirror("octo/app", str(origin), TOKEN)
+    base = await workspace.rev_parse(mirror, "refs/remotes/origin/main")
+    ended = {1: RunState.MERGED, 2: RunState.PUSHED_GREEN, 3: RunState.CLOSED}
+    for number in (1, 2, 3, 4):  # 4 has no run here: another deployment's, or a stray
+        await workspace.provision("octo/app", number, f"baton/issue-{number}", base)
+        if number in ended:
+            issue = IssueRef(installation_id=5, repo="octo/app", number=number)
+            claim = store.claim(issue)
+            assert claim is not None
+            attempt = store.next_attempt(claim)
+            run = Run.claimed(issue, attempt, f"baton/issue-{number}", utcnow())
+            store.save_run(run.moved(ended[number], utcnow()), claim)
+            store.release(claim)
+    assert workspace.worktree_issues("octo/app") == [1, 2, 3, 4]
+
+    await remove_finished_worktrees(
+        services, IssueRef(installation_id=5, repo="octo/app", number=9)
+    )
+    assert workspace.worktree_issues("octo/app") == [2, 4]
+    assert "issue-1" not in sh(mirror, "worktree", "list")
+    assert workspace.worktree_issues("octo/elsewhere") == []
