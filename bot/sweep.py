@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from gidgethub import HTTPException
+
 from bot.chains import names_a_chain
 from bot.classify import RunFacts
-from bot.config import InvalidRepoConfig
+from bot.config import CONFIG_PATH, InvalidRepoConfig
 from bot.dispatch import queue_chain_job, run_issue_job
 from bot.github import GitHubApp, GitHubClient, github_app
 from bot.labels import recorded_labels, sync_labels
@@ -180,6 +182,10 @@ async def _queue_label(gh: GitHubClient, services: Services, repo: dict[str, Any
     except InvalidRepoConfig:
         # A run started by the deployment's label explains what is wrong with the file.
         return services.settings.queue_label
+    except HTTPException as exc:
+        # One unreadable file does not stop the pass: the label last read will do.
+        log.warning("sweep: %s's %s not read (%s)", name, CONFIG_PATH, exc)
+        return services.store.queue_labels().get(name, services.settings.queue_label)
     return config.labels.queue or services.settings.queue_label
 
 

@@ -24,6 +24,7 @@ from bot.store import Store
 from tests.conftest import RedisServer
 from tests.test_e2e import (  # maintainer and store act on this module's own stack
     GREETING_FIX,
+    PROJECT,
     _attempt_state,
     _labels_are,
     latest_run,
@@ -129,6 +130,28 @@ async def test_an_issue_whose_wait_lost_its_job_is_picked_up_once_the_wait_is_lo
     await eventually(
         lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the picked-up run", 60
     )
+
+
+async def test_a_repository_whose_file_cannot_be_read_is_swept_by_its_last_known_label(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    files = {**PROJECT, ".github/baton.yml": "labels:\n  queue: agent:go\n"}
+    repo = await new_repo(maintainer, stack, files)
+    await eventually(
+        lambda: asyncio.to_thread(lambda: store.queue_labels().get(repo) == "agent:go"),
+        "the repository's queue label read from its push",
+    )
+    await maintainer.set_webhook_url(None)
+    contents = f"^/repos/{repo}/contents/"
+    await maintainer.gh.post("/_sandbox/faults", data={"path": contents, "status": 422})
+    try:
+        issue = await maintainer.open_issue(repo, "Labelled in an outage", GREETING_FIX)
+        number = int(issue["number"])
+        await maintainer.add_label(repo, number, "agent:go")
+        await sweep_until(stack, f"picked_up {repo}#{number}")
+    finally:
+        await maintainer.gh.delete("/_sandbox/faults")
+        await maintainer.set_webhook_url(f"{stack.web_url}/webhook")
 
 
 SLOW_CI = {
