@@ -232,11 +232,7 @@ class _Attempt:
         self, gh: GitHubClient, account: str, reopens_at: datetime, labels: set[str]
     ) -> None:
         """Start nothing while the account's window is closed; come back when it reopens."""
-        key = f"window-{int(reopens_at.timestamp())}"
-        self.services.dispatch.enqueue_at(
-            run_issue_job(self.settings, self.issue, key, self.mode, self.after), reopens_at
-        )
-        self.store.record_wait(self.issue, reopens_at)
+        self._come_back_at(reopens_at, "window")
         if self.mode is not RunMode.FRESH:
             # A fresh run keeps the queue label it starts from; a recovery shows it is held.
             await self._label(gh, self.settings.labels.halted, labels)
@@ -250,15 +246,18 @@ class _Attempt:
     async def _wait_for_slot(self, gh: GitHubClient, limit: int) -> None:
         """Start nothing while the repository's runs fill its slots; look again shortly."""
         retry_at = utcnow() + timedelta(seconds=SLOT_RETRY_S)
-        key = f"slot-{int(retry_at.timestamp())}"
-        self.services.dispatch.enqueue_at(
-            run_issue_job(self.settings, self.issue, key, self.mode, self.after), retry_at
-        )
         if not self.store.is_waiting(self.issue):  # said once, not every time it looks
             comment = render.slot_wait_comment(self.issue.repo, limit, retry_at, utcnow())
             await post_status(self.services, gh, self.issue, comment)
-        self.store.record_wait(self.issue, retry_at)
+        self._come_back_at(retry_at, "slot")
         log.info("%s: %s's %d run slots are taken; waiting", self.issue, self.issue.repo, limit)
+
+    def _come_back_at(self, when: datetime, why: str) -> None:
+        """Schedule this same start for when, and index the issue as waiting until then."""
+        key = f"{why}-{int(when.timestamp())}"
+        job = run_issue_job(self.settings, self.issue, key, self.mode, self.after)
+        self.services.dispatch.enqueue_at(job, when)
+        self.store.record_wait(self.issue, when)
 
     async def _stack_base(self, gh: GitHubClient, base: str, clone_url: str) -> str:
         """Return the branch a chain link builds on: its predecessor's, while that is unmerged.

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import orjson
@@ -179,18 +179,23 @@ async def _keep_flushing_deliveries(app: web.Application) -> AsyncIterator[None]
 
     One batch a second, never a Redis call per delivery: acknowledging stays as fast.
     """
-
-    async def every_second() -> None:
-        while True:
-            await asyncio.sleep(DELIVERIES_FLUSH_S)
-            await _flush_deliveries(app)
-
-    task = asyncio.create_task(every_second())
+    task = _every(DELIVERIES_FLUSH_S, lambda: _flush_deliveries(app))
     yield
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
     await _flush_deliveries(app)
+
+
+def _every(interval_s: float, action: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+    """Start a task that runs action every interval_s seconds until it is cancelled."""
+
+    async def repeat() -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            await action()
+
+    return asyncio.create_task(repeat())
 
 
 def _scrape(ctx: WebContext) -> str:
@@ -300,13 +305,8 @@ async def _keep_queue_labels(app: web.Application) -> AsyncIterator[None]:
         except redis.RedisError as exc:
             log.warning("repositories' queue labels not refreshed: %s", exc)
 
-    async def refresh_forever() -> None:
-        while True:
-            await asyncio.sleep(QUEUE_LABELS_REFRESH_S)
-            await refresh()
-
     await refresh()  # before the first delivery
-    task = asyncio.create_task(refresh_forever())
+    task = _every(QUEUE_LABELS_REFRESH_S, refresh)
     yield
     task.cancel()
 

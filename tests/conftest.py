@@ -8,8 +8,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 import redis
+from pydantic import SecretStr
 
 from bot.devstack import start_redis_server
+from bot.dispatch import Dispatcher
 from bot.github import GitHubApp, GitHubClient, github_app
 from bot.sandbox.hub import HUB
 from bot.sandbox.maintainer import Maintainer
@@ -68,6 +70,20 @@ def settings(redis_url: str, tmp_path: Path) -> Settings:
         BATON_DATA_DIR=tmp_path / "data",
         BATON_AGENT_COMMAND="true",
     )
+
+
+@pytest.fixture
+def dispatch(settings: Settings, redis_url: str) -> Dispatcher:
+    return Dispatcher.from_url(redis_url, settings)
+
+
+OPERATOR_TOKEN = "operator-token-for-tests"
+
+
+@pytest.fixture
+def operator_settings(settings: Settings) -> Settings:
+    """Return the settings of a deployment whose operator pages are open to OPERATOR_TOKEN."""
+    return settings.model_copy(update={"operator_token": SecretStr(OPERATOR_TOKEN)})
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import itertools
@@ -101,6 +102,16 @@ async def maintainer(stack: LocalBaton) -> AsyncIterator[Maintainer]:
 @pytest.fixture
 def store(stack: LocalBaton) -> Store:
     return Store.from_url(stack.redis_url)
+
+
+@contextlib.asynccontextmanager
+async def webhooks_lost(maintainer: Maintainer, stack: LocalBaton) -> AsyncIterator[None]:
+    """Inside the block GitHub cannot reach Baton: every webhook it sends is lost."""
+    await maintainer.set_webhook_url(None)
+    try:
+        yield
+    finally:
+        await maintainer.set_webhook_url(f"{stack.web_url}/webhook")
 
 
 async def queued_issue(maintainer: Maintainer, repo: str, title: str, body: str) -> int:

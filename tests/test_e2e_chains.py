@@ -20,6 +20,7 @@ from tests.test_e2e import (  # the module's own stack, started and stopped with
     run_state,
     stack,
     store,
+    webhooks_lost,
 )
 
 __all__ = ["maintainer", "stack", "store"]  # fixtures this module uses
@@ -206,11 +207,8 @@ async def test_a_requeued_chain_refuses_a_predecessor_tip_that_is_gone(
     first = latest_run(store, repo, links[0])
     assert first is not None
     # The branch goes while Baton hears nothing of it (a webhook outage).
-    await maintainer.set_webhook_url(None)
-    try:
+    async with webhooks_lost(maintainer, stack):
         await maintainer.delete_branch(repo, first.branch)
-    finally:
-        await maintainer.set_webhook_url(f"{stack.web_url}/webhook")
     await maintainer.add_label(repo, tracking, "baton:queue")
     refusal = await eventually(
         lambda: _comment_saying(maintainer, repo, links[1], "no longer exists"), "the refusal"

@@ -34,6 +34,7 @@ from tests.test_e2e import (  # maintainer and store act on this module's own st
     run_state,
     started,
     store,
+    webhooks_lost,
 )
 
 __all__ = ["maintainer", "store"]  # fixtures this module uses
@@ -96,15 +97,12 @@ async def test_a_missed_labeled_webhook_is_picked_up_by_the_sweep(
     stack: LocalBaton, maintainer: Maintainer, store: Store
 ) -> None:
     repo = await new_repo(maintainer, stack)
-    await maintainer.set_webhook_url(None)  # GitHub cannot reach Baton for a while
-    try:
+    async with webhooks_lost(maintainer, stack):  # GitHub cannot reach Baton for a while
         number = await queued_issue(maintainer, repo, "Labelled in an outage", GREETING_FIX)
         await asyncio.to_thread(sweep, stack)
         await eventually(
             lambda: asyncio.to_thread(latest_run, store, repo, number), "the sweep picking it up"
         )
-    finally:
-        await maintainer.set_webhook_url(f"{stack.web_url}/webhook")
     await eventually(
         lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the picked-up run", 60
     )
@@ -114,8 +112,7 @@ async def test_an_issue_whose_wait_lost_its_job_is_picked_up_once_the_wait_is_lo
     stack: LocalBaton, maintainer: Maintainer, store: Store
 ) -> None:
     repo = await new_repo(maintainer, stack)
-    await maintainer.set_webhook_url(None)
-    try:
+    async with webhooks_lost(maintainer, stack):
         number = await queued_issue(maintainer, repo, "Waited, then forgotten", GREETING_FIX)
         issue = IssueRef(installation_id=1, repo=repo, number=number)
         # Waiting for a window that reopens later: the sweep leaves it to its own job.
@@ -125,8 +122,6 @@ async def test_an_issue_whose_wait_lost_its_job_is_picked_up_once_the_wait_is_lo
         # The wait ended long ago and no job came: the sweep starts it.
         store.record_wait(issue, utcnow() - timedelta(minutes=5))
         await sweep_until(stack, f"picked_up {issue}")
-    finally:
-        await maintainer.set_webhook_url(f"{stack.web_url}/webhook")
     await eventually(
         lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the picked-up run", 60
     )
@@ -141,17 +136,16 @@ async def test_a_repository_whose_file_cannot_be_read_is_swept_by_its_last_known
         lambda: asyncio.to_thread(lambda: store.queue_labels().get(repo) == "agent:go"),
         "the repository's queue label read from its push",
     )
-    await maintainer.set_webhook_url(None)
     contents = f"^/repos/{repo}/contents/"
-    await maintainer.gh.post("/_sandbox/faults", data={"path": contents, "status": 422})
-    try:
-        issue = await maintainer.open_issue(repo, "Labelled in an outage", GREETING_FIX)
-        number = int(issue["number"])
-        await maintainer.add_label(repo, number, "agent:go")
-        await sweep_until(stack, f"picked_up {repo}#{number}")
-    finally:
-        await maintainer.gh.delete("/_sandbox/faults")
-        await maintainer.set_webhook_url(f"{stack.web_url}/webhook")
+    async with webhooks_lost(maintainer, stack):
+        await maintainer.gh.post("/_sandbox/faults", data={"path": contents, "status": 422})
+        try:
+            issue = await maintainer.open_issue(repo, "Labelled in an outage", GREETING_FIX)
+            number = int(issue["number"])
+            await maintainer.add_label(repo, number, "agent:go")
+            await sweep_until(stack, f"picked_up {repo}#{number}")
+        finally:
+            await maintainer.gh.delete("/_sandbox/faults")
 
 
 SLOW_CI = {
@@ -169,8 +163,7 @@ async def test_a_missed_check_suite_is_settled_by_the_sweep(
     await eventually(
         lambda: run_state(store, repo, number, RunState.PUSHED_PENDING), "the push", 60
     )
-    await maintainer.set_webhook_url(None)
-    try:
+    async with webhooks_lost(maintainer, stack):
         await eventually(
             lambda: _check_suite_lost(maintainer, repo), "the check_suite webhook lost", 30
         )
@@ -179,8 +172,6 @@ async def test_a_missed_check_suite_is_settled_by_the_sweep(
         await eventually(
             lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the sweep settling"
         )
-    finally:
-        await maintainer.set_webhook_url(f"{stack.web_url}/webhook")
 
 
 async def _check_suite_lost(maintainer: Maintainer, repo: str) -> bool:

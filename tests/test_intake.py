@@ -21,11 +21,6 @@ ISSUE = IssueRef(installation_id=1, repo="octo/widgets", number=5)
 
 
 @pytest.fixture
-def dispatch(settings: Settings, redis_url: str) -> Dispatcher:
-    return Dispatcher.from_url(redis_url, settings)
-
-
-@pytest.fixture
 async def intake_log(redis_url: str) -> AsyncIterator[IntakeLog]:
     log_ = IntakeLog.from_url(redis_url)
     yield log_

@@ -11,7 +11,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from gidgethub import HTTPException
 from prometheus_client.parser import text_string_to_metric_families
-from pydantic import SecretStr, ValidationError
+from pydantic import ValidationError
 
 from bot.devstack import free_port
 from bot.dispatch import Dispatcher
@@ -51,11 +51,9 @@ from bot.settings import Settings
 from bot.store import Store
 from bot.web import create_app
 from jobs import job, services
-from tests.test_web import dispatch, labeled, post
+from tests.conftest import OPERATOR_TOKEN
+from tests.test_web import labeled, post
 
-__all__ = ["dispatch"]  # a fixture this module uses
-
-OPERATOR_TOKEN = "operator-token-for-tests"
 COUNTER = Metric(name="things_total", help="Things.", type=MetricType.COUNTER, labels=("kind",))
 GAUGE = Metric(name="level", help="A level.", type=MetricType.GAUGE)
 HISTOGRAM = Metric(
@@ -483,11 +481,6 @@ async def test_an_app_session_counts_its_api_calls_once_it_ends(
 
 
 # GET /metrics --------------------------------------------------------------------
-
-
-@pytest.fixture
-def operator_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"operator_token": SecretStr(OPERATOR_TOKEN)})
 
 
 async def test_metrics_are_off_without_an_operator_token(

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
-from pydantic import SecretStr
 
 from bot.chains import LinkStatus
 from bot.dispatch import Dispatcher
@@ -28,9 +27,9 @@ from bot.settings import Settings
 from bot.status_page import render_status_page, render_status_text
 from bot.store import Store
 from bot.web import OPERATOR_COOKIE, create_app
+from tests.conftest import OPERATOR_TOKEN
 
 NOW = datetime(2026, 12, 1, 7, 0, tzinfo=UTC)
-TOKEN = "operator-token-for-tests"
 QUEUES = {"baton-events": 0, "baton-maintenance": 1, "baton-agents": 3}
 
 
@@ -231,11 +230,6 @@ def test_text_says_when_there_are_no_runs() -> None:
 # --- The overview, read from Redis ----------------------------------------------------------------
 
 
-@pytest.fixture
-def dispatch(settings: Settings, redis_url: str) -> Dispatcher:
-    return Dispatcher.from_url(redis_url, settings)
-
-
 def recorded(store: Store, number: int, state: RunState, minutes_ago: int, **fields: Any) -> Run:
     """Record a run of octo/widgets#number claimed minutes_ago, in state since a moment ago."""
     issue = IssueRef(installation_id=1, repo="octo/widgets", number=number)
@@ -295,11 +289,6 @@ def test_gather_reads_runs_pauses_holds_windows_and_chains(
 # --- GET /status and the operator token ----------------------------------------------------------
 
 
-@pytest.fixture
-def operator_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"operator_token": SecretStr(TOKEN)})
-
-
 async def client_for(
     aiohttp_client: Any, settings: Settings, store: Store, dispatch: Dispatcher
 ) -> TestClient:
@@ -311,7 +300,7 @@ async def test_the_page_is_not_there_without_an_operator_token(
 ) -> None:
     unset = settings.model_copy(update={"operator_token": None})
     client = await client_for(aiohttp_client, unset, store, dispatch)
-    for path in ("/status", f"/status?token={TOKEN}"):
+    for path in ("/status", f"/status?token={OPERATOR_TOKEN}"):
         response = await client.get(path, allow_redirects=False)
         assert response.status == 404
         assert "BATON_OPERATOR_TOKEN" in await response.text()
@@ -324,7 +313,7 @@ async def test_the_page_is_not_there_without_an_operator_token(
         ("/status?token=guess", {}),
         ("/status", {"Authorization": "Bearer guess"}),
         ("/status", {"Cookie": f"{OPERATOR_COOKIE}=guess"}),
-        ("/status", {"Authorization": f"Basic {TOKEN}"}),
+        ("/status", {"Authorization": f"Basic {OPERATOR_TOKEN}"}),
     ],
 )
 async def test_a_wrong_or_missing_token_is_refused_with_how_to_pass_it(
@@ -341,24 +330,24 @@ async def test_a_wrong_or_missing_token_is_refused_with_how_to_pass_it(
     assert response.headers["WWW-Authenticate"].startswith("Bearer")
     text = await response.text()
     assert "/status?token=<token>" in text and "Authorization: Bearer <token>" in text
-    assert "Set-Cookie" not in response.headers and TOKEN not in text
+    assert "Set-Cookie" not in response.headers and OPERATOR_TOKEN not in text
 
 
 async def test_a_token_in_the_address_becomes_a_cookie_and_leaves_the_address(
     aiohttp_client: Any, operator_settings: Settings, store: Store, dispatch: Dispatcher
 ) -> None:
     client = await client_for(aiohttp_client, operator_settings, store, dispatch)
-    response = await client.get(f"/status?token={TOKEN}", allow_redirects=False)
+    response = await client.get(f"/status?token={OPERATOR_TOKEN}", allow_redirects=False)
     assert (response.status, response.headers["Location"]) == (303, "/status")
     cookie = response.cookies[OPERATOR_COOKIE]
-    assert cookie.value == TOKEN
+    assert cookie.value == OPERATOR_TOKEN
     assert cookie["httponly"] and cookie["samesite"] == "Strict" and cookie["path"] == "/"
     assert not cookie["secure"]  # plain HTTP here; behind TLS the cookie is Secure
 
     page = await client.get("/status")  # the client sends the cookie back
     assert page.status == 200 and page.content_type == "text/html"
     text = await page.text()
-    assert "<h1>Baton status</h1>" in text and TOKEN not in text
+    assert "<h1>Baton status</h1>" in text and OPERATOR_TOKEN not in text
     assert page.headers["Cache-Control"] == "no-store"
     assert "default-src 'none'" in page.headers["Content-Security-Policy"]
 
@@ -368,7 +357,9 @@ async def test_behind_tls_the_cookie_is_secure(
 ) -> None:
     client = await client_for(aiohttp_client, operator_settings, store, dispatch)
     response = await client.get(
-        f"/status?token={TOKEN}", headers={"X-Forwarded-Proto": "https"}, allow_redirects=False
+        f"/status?token={OPERATOR_TOKEN}",
+        headers={"X-Forwarded-Proto": "https"},
+        allow_redirects=False,
     )
     assert response.status == 303 and response.cookies[OPERATOR_COOKIE]["secure"]
 
@@ -378,7 +369,7 @@ async def test_a_bearer_token_opens_the_page_with_what_redis_holds(
 ) -> None:
     recorded(store, 3, RunState.RUNNING, minutes_ago=5)
     client = await client_for(aiohttp_client, operator_settings, store, dispatch)
-    response = await client.get("/status", headers={"Authorization": f"Bearer {TOKEN}"})
+    response = await client.get("/status", headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"})
     assert response.status == 200
     live = section(await response.text(), "live")
     assert "octo/widgets#3" in live and ">running<" in live

@@ -52,11 +52,6 @@ def labeled(label: str = "baton:queue", installation: int | None = 7) -> dict[st
 
 
 @pytest.fixture
-def dispatch(settings: Settings, redis_url: str) -> Dispatcher:
-    return Dispatcher.from_url(redis_url, settings)
-
-
-@pytest.fixture
 async def client(
     aiohttp_client: Any, settings: Settings, store: Store, dispatch: Dispatcher
 ) -> TestClient:
