@@ -161,6 +161,41 @@ class Settings(BaseSettings):
     agent_wall_clock_minutes: float = Field(
         default=60.0, gt=0, validation_alias="BATON_AGENT_WALL_CLOCK_MINUTES"
     )
+    agent_sandbox: Literal["bwrap", "off"] = Field(
+        default="bwrap",
+        validation_alias="BATON_AGENT_SANDBOX",
+        description="How every process Baton starts for the agent is contained: `bwrap` "
+        "(bubblewrap: its own user, PID, IPC, UTS and network namespaces, and a filesystem "
+        "that shows only the system, its toolchain and its worktree) or `off`, which runs "
+        "agents with the worker's own reach and is reported as a warning everywhere.",
+    )
+    agent_network: Literal["allowlist", "open", "none"] = Field(
+        default="allowlist",
+        validation_alias="BATON_AGENT_NETWORK",
+        description="The agent's network, through a proxy Baton runs outside the sandbox: "
+        "`allowlist` reaches only its provider's hosts and `BATON_AGENT_ALLOWED_HOSTS`, "
+        "`open` any public host, `none` nothing. The host's loopback services are never "
+        "reachable unless listed.",
+    )
+    agent_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        validation_alias="BATON_AGENT_ALLOWED_HOSTS",
+        description="More `host[:port]` entries the agent may reach (port 443 when left "
+        "out), comma-separated; a loopback address may be named on purpose, e.g. a local "
+        "model server.",
+    )
+    agent_extra_paths: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list,
+        validation_alias="BATON_AGENT_EXTRA_PATHS",
+        description="Host directories the agent may read and write at the same path, "
+        "comma-separated (caches such as `~/.cache/pip`).",
+    )
+    allow_repo_commands: bool = Field(
+        default=False,
+        validation_alias="BATON_ALLOW_REPO_COMMANDS",
+        description="Honour `agent.adapter: command`, `agent.command` and `setup` from a "
+        "repository's own file; they always run in the agent's sandbox.",
+    )
     git_author_name: str = Field(default="Baton", validation_alias="BATON_GIT_AUTHOR_NAME")
     git_author_email: str = Field(
         default="baton@users.noreply.github.com",
@@ -168,7 +203,12 @@ class Settings(BaseSettings):
     )
 
     @field_validator(
-        "agent_passthrough_env", "escalation_mentions", "required_checks", mode="before"
+        "agent_passthrough_env",
+        "escalation_mentions",
+        "required_checks",
+        "agent_allowed_hosts",
+        "agent_extra_paths",
+        mode="before",
     )
     @classmethod
     def _comma_separated(cls, value: object) -> object:
