@@ -59,12 +59,15 @@ async def queue_chain(services: Services, issue: IssueRef) -> Chain | None:
         repo = await gh.getitem("/repos/{+repo}", {"repo": issue.repo})
         ours = settings.labels  # until the repository's file names its own
         try:
-            config = await load_repo_config(gh, store, issue.repo, str(repo["default_branch"]))
-            ours = apply_repo_config(settings, config).labels
+            file = await load_repo_config(gh, store, issue.repo, str(repo["default_branch"]))
+            ours = apply_repo_config(settings, file.config).labels
             if ours.queue not in labels or data["state"] != "open":
                 log.info("%s: no longer queued; not planning its chain", issue)
                 return None
-            chain = await _plan(gh, issue, data, config.strict_preflight)
+            refused = file.refused_by(settings)  # asks for more than the deployment allows
+            if refused is not None:
+                raise refused
+            chain = await _plan(gh, issue, data, file.config.strict_preflight)
         except (ChainRefused, InvalidRepoConfig) as exc:
             if ours.queue not in labels:
                 return None

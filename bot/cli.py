@@ -70,6 +70,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     settings.private_key  # noqa: B018
     if set(args.queues) & {"baton-agents"}:
         adapter_for(settings)  # refuse to start with an agent that cannot run
+        _check_sandbox(settings)
     unknown = set(args.queues) - set(QUEUES)
     if unknown:
         raise CommandError(f"unknown queue(s) {sorted(unknown)}; Baton's queues are {QUEUES}")
@@ -93,6 +94,21 @@ def cmd_worker(args: argparse.Namespace) -> int:
     finally:
         forwarder.stop()
     return 0
+
+
+def _check_sandbox(settings: Settings) -> None:
+    """Refuse to run agents in a sandbox that does not work; say so when it is off."""
+    from bot.jail import sandbox_problem
+
+    if settings.agent_sandbox == "off":
+        log.warning(
+            "BATON_AGENT_SANDBOX=off: agents run uncontained, with this worker's files, "
+            "network and processes within their reach"
+        )
+        return
+    problem = sandbox_problem()
+    if problem is not None:
+        raise CommandError(f"this worker cannot contain its agents: {problem}")
 
 
 def cmd_clock(args: argparse.Namespace) -> int:
@@ -139,14 +155,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Print what Baton is doing."""
     from bot.dispatch import Dispatcher
     from bot.model import utcnow
-    from bot.overview import gather_overview
+    from bot.overview import deployment_warnings, gather_overview
     from bot.status_page import render_status_text
 
     settings = load_settings()
     store = _connected_store(settings)
     dispatch = Dispatcher.from_url(settings.redis_url, settings)
     now = utcnow()
-    print(render_status_text(gather_overview(store, dispatch, now, args.limit), now), end="")
+    overview = gather_overview(store, dispatch, now, args.limit, deployment_warnings(settings))
+    print(render_status_text(overview, now), end="")
     return 0
 
 
@@ -235,7 +252,7 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    """Check the settings, Redis, git, the App's credentials, the agent and the disk."""
+    """Check settings, Redis, git, the App's credentials, the agent, its sandbox and the disk."""
     from bot.doctor import run_doctor
 
     return run_doctor()

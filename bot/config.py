@@ -2,7 +2,8 @@
 
 Pure: parsing takes the file's text and returns a RepoConfig or raises a ConfigError
 that names each bad key and its line. Every key is optional; an unset key leaves the
-deployment's own setting in force.
+deployment's own setting in force. A file can lower the deployment's limits, never raise
+them, and names commands for the worker only where the deployment allows it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import difflib
 import shlex
 import types
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import annotated_types
@@ -62,12 +63,14 @@ class AgentConfig(_FileModel):
 
     adapter: Literal["command", "claude", "codex", "aider"] | None = Field(
         default=None,
-        description="The agent CLI Baton runs. Unset: `BATON_AGENT`.",
+        description="The agent CLI Baton runs; `command`, unless the deployment runs it "
+        "already, needs `BATON_ALLOW_REPO_COMMANDS`. Unset: `BATON_AGENT`.",
     )
     command: str | None = Field(
         default=None,
         description="The command line the `command` adapter runs in the worktree, "
-        "with the brief on stdin. Unset: `BATON_AGENT_COMMAND`.",
+        "with the brief on stdin; anything but the deployment's own needs "
+        "`BATON_ALLOW_REPO_COMMANDS`. Unset: `BATON_AGENT_COMMAND`.",
     )
     model: str | None = Field(
         default=None,
@@ -83,7 +86,7 @@ class AgentConfig(_FileModel):
         default=None,
         gt=0,
         description="The most turns the agent may take in one run (`claude` and `codex`). "
-        "Unset: `BATON_AGENT_MAX_TURNS`.",
+        "It can lower `BATON_AGENT_MAX_TURNS`, never raise it. Unset: `BATON_AGENT_MAX_TURNS`.",
     )
 
 
@@ -140,33 +143,36 @@ class RepoConfig(_FileModel):
     max_attempts: int | None = Field(
         default=None,
         ge=1,
-        description="Failed attempts before an issue escalates. Unset: `BATON_MAX_ATTEMPTS`.",
+        description="Failed attempts before an issue escalates. It can lower "
+        "`BATON_MAX_ATTEMPTS`, never raise it. Unset: `BATON_MAX_ATTEMPTS`.",
     )
     max_continuations: int | None = Field(
         default=None,
         ge=0,
-        description="Continuations on the same branch before an issue escalates. "
-        "Unset: `BATON_MAX_CONTINUATIONS`.",
+        description="Continuations on the same branch before an issue escalates. It can "
+        "lower `BATON_MAX_CONTINUATIONS`, never raise it. Unset: `BATON_MAX_CONTINUATIONS`.",
     )
     max_resume_reentries: int | None = Field(
         default=None,
         ge=0,
-        description="Resumptions after usage windows before an issue escalates. "
+        description="Resumptions after usage windows before an issue escalates. It can "
+        "lower `BATON_MAX_RESUME_REENTRIES`, never raise it. "
         "Unset: `BATON_MAX_RESUME_REENTRIES`.",
     )
     wall_clock_minutes: float | None = Field(
         default=None,
         gt=0,
-        description="The agent's wall-clock cap per run, in minutes. It can lower the "
-        "deployment's `BATON_AGENT_WALL_CLOCK_MINUTES` but never raise it: the smaller "
-        "of the two applies. Unset: `BATON_AGENT_WALL_CLOCK_MINUTES`.",
+        description="The agent's wall-clock cap per run, in minutes. It can lower "
+        "`BATON_AGENT_WALL_CLOCK_MINUTES`, never raise it. "
+        "Unset: `BATON_AGENT_WALL_CLOCK_MINUTES`.",
     )
     max_cost_usd: float | None = Field(
         default=None,
         gt=0,
         description="The most an issue may spend on the agent, in US dollars, summed over "
         "its attempts since a maintainer last queued it; a run that would start past it "
-        "is not started and the issue escalates. Unset: no cost cap.",
+        "is not started and the issue escalates. It can lower `BATON_MAX_COST_USD`, never "
+        "raise it. Unset: `BATON_MAX_COST_USD` (no cost cap, unless set).",
     )
     halt_on_usage_window: bool | None = Field(
         default=None,
@@ -189,7 +195,9 @@ class RepoConfig(_FileModel):
         default=None,
         ge=1,
         description="The most agent runs at once on this repository's issues; an issue "
-        "queued past it waits for a run to end. Unset: `BATON_MAX_CONCURRENT_RUNS_PER_REPO` "
+        "queued past it waits for a run to end. It can lower "
+        "`BATON_MAX_CONCURRENT_RUNS_PER_REPO`, never raise it. "
+        "Unset: `BATON_MAX_CONCURRENT_RUNS_PER_REPO` "
         "(no limit but the deployment's workers, unless set).",
     )
     required_checks: list[str] | None = Field(
@@ -205,7 +213,7 @@ class RepoConfig(_FileModel):
         "(install dependencies, generate code). Each is split into words as a shell would "
         "and run as its own process, with the agent's environment and no shell: for `&&` or "
         "pipes, write `sh -c '...'`. A command that fails ends the attempt as an environment "
-        "failure, tried again later. Unset: no setup.",
+        "failure, tried again later. Needs `BATON_ALLOW_REPO_COMMANDS`. Unset: no setup.",
     )
 
 
@@ -260,44 +268,145 @@ class InvalidRepoConfig(Exception):
         return str(self.error)
 
 
+# The keys that can only lower a deployment's limit, and the setting each one lowers.
+_CAPPED_KEYS: tuple[tuple[str, str], ...] = (
+    ("max_attempts", "max_attempts"),
+    ("max_continuations", "max_continuations"),
+    ("max_resume_reentries", "max_resume_reentries"),
+    ("max_cost_usd", "max_cost_usd"),
+    ("max_concurrent_runs", "max_concurrent_runs_per_repo"),
+    ("wall_clock_minutes", "agent_wall_clock_minutes"),
+    ("agent.max_turns", "agent_max_turns"),
+)
+
+_COMMANDS_OFF = "repository commands are off on this deployment (`BATON_ALLOW_REPO_COMMANDS`)"
+
+
+def check_repo_limits(settings: Settings, config: RepoConfig) -> list[ConfigProblem]:
+    """Return what the file asks for beyond what the deployment allows; empty when nothing.
+
+    A capped key may lower the deployment's value or repeat it, never raise it; where
+    the deployment sets no cap, any value lowers it. Commands the worker would run for
+    the repository (`agent.adapter: command`, `agent.command`, `setup`) need
+    `allow_repo_commands`, unless they are what the deployment runs already.
+    """
+    problems = []
+    for key, name in _CAPPED_KEYS:
+        asked = _value_of(config, key)
+        limit = getattr(settings, name)
+        if asked is not None and limit is not None and asked > limit:
+            variable = Settings.model_fields[name].validation_alias
+            problem = (
+                f"asks for {_number(asked)}, above this deployment's limit of "
+                f"{_number(limit)} (`{variable}`)"
+            )
+            problems.append(ConfigProblem(key, problem))
+    if not settings.allow_repo_commands:
+        agent = config.agent
+        commands = {
+            "agent.adapter": agent.adapter == "command" and settings.agent != "command",
+            "agent.command": agent.command not in (None, settings.agent_command),
+            "setup": bool(config.setup),
+        }
+        problems += [ConfigProblem(key, _COMMANDS_OFF) for key, asked in commands.items() if asked]
+    return problems
+
+
+def _value_of(config: RepoConfig, key: str) -> Any:
+    value: Any = config
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _number(value: float) -> str:
+    """Write a limit as the file would: 10, not 10.0."""
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
 def apply_repo_config(settings: Settings, config: RepoConfig) -> Settings:
     """Return the settings one repository's attempts run under.
 
-    The file overrides the deployment's settings key by key. It can shorten the
-    agent's wall clock but never lengthen it: the deployment sizes its job
-    timeouts and workers by its own cap.
+    The file overrides the deployment's settings key by key. What it asks for beyond
+    the deployment's limits (check_repo_limits) is left at the deployment's value:
+    whoever starts work for the repository refuses such a file before anything runs.
     """
     agent = config.agent
-    overrides = {
-        "agent": agent.adapter,
-        "agent_command": agent.command,
-        "agent_model": agent.model,
-        "agent_account": agent.account,
-        "agent_max_turns": agent.max_turns,
-        "max_attempts": config.max_attempts,
-        "max_continuations": config.max_continuations,
-        "max_resume_reentries": config.max_resume_reentries,
-        "max_cost_usd": config.max_cost_usd,
-        "escalation_mentions": config.escalation_mentions,
-        "halt_on_usage_window": config.halt_on_usage_window,
-        "max_concurrent_runs_per_repo": config.max_concurrent_runs,
-        "required_checks": config.required_checks,
-        "queue_label": config.labels.queue,
-        "in_progress_label": config.labels.in_progress,
-        "review_label": config.labels.review,
-        "halted_label": config.labels.halted,
-        "escalated_label": config.labels.escalated,
+    asked: dict[str, tuple[str, object]] = {  # the file's key: the setting, its value
+        "agent.adapter": ("agent", agent.adapter),
+        "agent.command": ("agent_command", agent.command),
+        "agent.model": ("agent_model", agent.model),
+        "agent.account": ("agent_account", agent.account),
+        "agent.max_turns": ("agent_max_turns", agent.max_turns),
+        "max_attempts": ("max_attempts", config.max_attempts),
+        "max_continuations": ("max_continuations", config.max_continuations),
+        "max_resume_reentries": ("max_resume_reentries", config.max_resume_reentries),
+        "wall_clock_minutes": ("agent_wall_clock_minutes", config.wall_clock_minutes),
+        "max_cost_usd": ("max_cost_usd", config.max_cost_usd),
+        "escalation_mentions": ("escalation_mentions", config.escalation_mentions),
+        "halt_on_usage_window": ("halt_on_usage_window", config.halt_on_usage_window),
+        "max_concurrent_runs": ("max_concurrent_runs_per_repo", config.max_concurrent_runs),
+        "required_checks": ("required_checks", config.required_checks),
+        "labels.queue": ("queue_label", config.labels.queue),
+        "labels.in_progress": ("in_progress_label", config.labels.in_progress),
+        "labels.review": ("review_label", config.labels.review),
+        "labels.halted": ("halted_label", config.labels.halted),
+        "labels.escalated": ("escalated_label", config.labels.escalated),
     }
-    if config.wall_clock_minutes is not None:
-        overrides["agent_wall_clock_minutes"] = min(
-            config.wall_clock_minutes, settings.agent_wall_clock_minutes
-        )
-    if agent.adapter is not None and agent.adapter != settings.agent and agent.account is None:
+    refused = {problem.key for problem in check_repo_limits(settings, config)}
+    update = {
+        name: value
+        for key, (name, value) in asked.items()
+        if value is not None and key not in refused
+    }
+    adapter = update.get("agent", settings.agent)
+    if adapter != settings.agent and agent.account is None:
         # Another adapter spends another account, not the deployment's default one.
-        overrides["agent_account"] = agent.adapter
-    return settings.model_copy(
-        update={key: value for key, value in overrides.items() if value is not None}
-    )
+        update["agent_account"] = adapter
+    return settings.model_copy(update=update)
+
+
+@dataclass(frozen=True, slots=True)
+class RepoFile:
+    """One valid version of a repository's file: its configuration, blob and text.
+
+    A repository without the file has the default configuration, no blob and no text.
+    """
+
+    config: RepoConfig = field(default_factory=RepoConfig)
+    blob_sha: str = ""
+    text: str = ""
+
+    def refused_by(self, settings: Settings) -> InvalidRepoConfig | None:
+        """Return why the deployment refuses this file, each problem at its key's line.
+
+        None when the file asks for nothing beyond the deployment's limits.
+        """
+        problems = check_repo_limits(settings, self.config)
+        if not problems:
+            return None
+        lines = key_lines(self.text)
+        located = [replace(problem, line=lines.get(problem.key)) for problem in problems]
+        located.sort(key=lambda p: (p.line is None, p.line or 0))
+        return InvalidRepoConfig(self.blob_sha, ConfigError(located))
+
+
+def key_lines(text: str) -> dict[str, int]:
+    """Return the line of each dotted key in the file's text; empty when it is not YAML."""
+    where = _Where()
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            list(_walk(loader.get_single_node(), (), where, set()))  # walked for its lines
+        finally:
+            loader.dispose()
+    except yaml.YAMLError:
+        return {}
+    return {
+        _dotted(path): line
+        for path, line in where.lines.items()
+        if all(isinstance(part, str) for part in path)
+    }
 
 
 def parse_repo_config(text: str) -> RepoConfig:
@@ -490,7 +599,7 @@ max_concurrent_runs: 2
 required_checks:
   - test (3.12)
   - lint
-setup:
+setup:  # where the deployment sets BATON_ALLOW_REPO_COMMANDS
   - npm ci
   - sh -c 'make generate && make schema'
 labels:
@@ -519,6 +628,14 @@ def config_reference() -> str:
         "deployment's own setting (the environment variable the description names) applies. "
         "A file that is empty or holds only comments changes nothing. An unknown key or a "
         "value of the wrong type is an error, reported with the key and its line.",
+        "",
+        "A key that sets a limit (attempts, continuations, resumptions, cost, run slots, "
+        "wall clock, turns) can lower the deployment's own limit or repeat it, never raise "
+        "it; where the deployment sets none, any value is a lowering. Commands the worker "
+        "runs for the repository (`agent.adapter: command`, `agent.command`, `setup`) are "
+        "honoured only where the deployment sets `BATON_ALLOW_REPO_COMMANDS`. A file that "
+        "asks for more is refused like an invalid one: one comment names each key, the "
+        "value asked for and the deployment's limit, and nothing starts.",
         "",
         "## Keys",
         "",

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 import aiohttp
 
+from bot import demo_agent
 from bot.devstack import LocalBaton, Process, StackError, redis_answers, start_redis_server
 from bot.render import duration
 from bot.sandbox.maintainer import Maintainer, eventually
@@ -115,7 +116,8 @@ def run_demo(keep: bool, workdir: Path | None) -> int:
     stack = LocalBaton(
         workdir=workdir,
         redis_url=redis_url,
-        agent_command=f"{sys.executable} -m bot.demo_agent",
+        # By path, not `-m`: the agent's sandbox shows the script, not Baton's whole checkout.
+        agent_command=f"{sys.executable} {Path(demo_agent.__file__).resolve()}",
         # The demo shows a person its logs (and their tails if it fails): text reads better.
         # The status page opens with this token (shown with --keep, for a look around).
         extra_env={"BATON_LOG_FORMAT": "text", "BATON_OPERATOR_TOKEN": secrets.token_urlsafe(16)},

@@ -8,15 +8,21 @@ this way; `warn` means it can, at a risk the line names.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
 import os
 import re
 import shlex
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import AsyncIterator, Mapping, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import aiohttp
 import jwt
@@ -24,8 +30,9 @@ import redis
 from gidgethub import GitHubException, apps
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from bot.agents import AgentConfigError, adapter_for
+from bot.agents import AgentConfigError, adapter_for, egress, egress_policy_for
 from bot.github import GitHubApp
+from bot.jail import Network, bridge_python, jails_for, sandbox_problem
 from bot.manifest import ManifestError, load_manifest
 from bot.metrics import Tally
 from bot.settings import Settings, SettingsError
@@ -37,6 +44,12 @@ MIN_GIT = (2, 17)  # `git worktree remove`, which Baton's workspaces use
 MIN_FREE_BYTES = 5 * 1024**3
 MIN_WEBHOOK_SECRET_CHARS = 20
 REDIS_TIMEOUT_S = 5.0
+REDIS_DEFAULT_PORT = 6379
+PROBE_TIMEOUT_S = 30.0
+EGRESS_LOGGER = "bot.agents.egress"
+PROBE_OUTPUT_CAP = 64 * 1024  # bytes of the probe's stdout, and of its stderr, that are read
+# The probe is a program of its own (bot/jail_probe.py), run with `python -c` in the sandbox.
+PROBE_SOURCE: str = resources.files("bot").joinpath("jail_probe.py").read_text(encoding="utf-8")
 _GIT_VERSION = re.compile(r"git version (\d+)\.(\d+)")
 _LEVELS = {"read": 1, "write": 2}
 
@@ -173,6 +186,134 @@ def redacted_url(url: str) -> str:
     host = parts.hostname or ""
     netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def judge_redis_exposure(url: str) -> Finding:
+    """Judge who can write to the Redis at url: a password, or only this machine.
+
+    RQ's job payloads are pickles the workers load, so whoever can write to Redis can
+    run code on every worker.
+    """
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return ok("redis exposure", "a Unix socket: only this machine reaches it")
+    password = parts.password or next(iter(parse_qs(parts.query).get("password", [])), "")
+    host = parts.hostname or "localhost"
+    if password:
+        how = "TLS and a password" if parts.scheme == "rediss" else "a password"
+        return ok("redis exposure", f"{host} is reached with {how}")
+    if _is_loopback(host):
+        return ok(
+            "redis exposure", f"no password, but {host} is loopback: only this machine reaches it"
+        )
+    return fail(
+        "redis exposure",
+        f"REDIS_URL has no password and {host} is not a loopback address: anyone who can "
+        "write to it can run code on the workers through RQ's job payloads (pickles the "
+        "workers load); set a password (requirepass or an ACL user) and put it in REDIS_URL, "
+        f"redis://:PASSWORD@{host}:PORT/0 (rediss:// with TLS)",
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def judge_sandbox(
+    mode: Literal["bwrap", "off"], problem: str | None, network: Network = "allowlist"
+) -> Finding:
+    """Judge the agent's sandbox: off, unable to start (problem), or working."""
+    if mode == "off":
+        return warn(
+            "sandbox",
+            "BATON_AGENT_SANDBOX=off: agents run uncontained, with the worker's reach: its "
+            "files (the App's key, .env, every checkout), its environment, its network and "
+            "loopback services such as Redis; set BATON_AGENT_SANDBOX=bwrap where "
+            "bubblewrap works (docs/deploy.md)",
+        )
+    if problem is not None:
+        return fail("sandbox", problem)
+    return ok("sandbox", f"bubblewrap contains the agent (BATON_AGENT_NETWORK={network})")
+
+
+class ProbeReport(BaseModel):
+    """What the probe inside the sandbox reached: each is empty when the sandbox holds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    files: list[str]
+    redis: list[str]
+    environ: list[str]
+
+
+def judge_sandbox_probe(stdout: str, exit_code: int | None, stderr: str) -> Finding:
+    """Judge the probe's output: ok only when the key file, Redis and the worker's
+    environment were all out of reach. exit_code is None when it did not finish in time."""
+    if exit_code is None:
+        return fail(
+            "sandbox probe",
+            f"the probe inside the sandbox did not finish within {PROBE_TIMEOUT_S:.0f}s",
+        )
+    lines = stdout.strip().splitlines()
+    try:
+        report = ProbeReport.model_validate_json(lines[-1] if lines else "")
+    except ValidationError:
+        said = stderr.strip().splitlines()
+        why = said[-1] if said else f"exited {exit_code} without a report"
+        return fail("sandbox probe", f"the probe could not run inside the sandbox: {why}")
+    reached = [f"the file {path}" for path in report.files]
+    reached += [f"Redis at {way}" for way in report.redis]
+    reached += [f"the worker's environment in {path}" for path in report.environ]
+    fixes = []
+    if report.files:
+        fixes.append("keep the App's key and .env out of BATON_AGENT_EXTRA_PATHS and PATH")
+    if report.redis:
+        fixes.append("keep Redis off BATON_AGENT_ALLOWED_HOSTS")
+    if report.environ:
+        fixes.append("the sandbox needs a PID namespace of its own")
+    if reached:
+        return fail(
+            "sandbox probe",
+            f"inside the sandbox the agent reached {'; '.join(reached)}: {'; '.join(fixes)}",
+        )
+    return ok(
+        "sandbox probe",
+        "the agent's sandbox holds: key file, Redis and the worker's environment are out of reach",
+    )
+
+
+def probe_spec(settings: Settings, worker_pid: int, env_file: Path) -> dict[str, Any]:
+    """Return what the probe tries: the key file (or .env), Redis, the worker's environment."""
+    files = []
+    if settings.github_private_key_path is not None:
+        files.append(str(settings.github_private_key_path.resolve()))
+    files.append(str(env_file.resolve()))
+    parts = urlsplit(settings.redis_url)
+    redis_target: dict[str, str | int]
+    if parts.scheme == "unix":
+        redis_target = {"unix": parts.path}
+    else:
+        redis_target = {
+            "host": parts.hostname or "localhost",
+            "port": parts.port or REDIS_DEFAULT_PORT,
+        }
+    return {"files": files, "redis": redis_target, "pids": [worker_pid, 1]}
+
+
+def probe_marks(settings: Settings) -> list[str]:
+    """Return the texts that show the probe read the worker's environment (given on stdin)."""
+    marks = ["GITHUB_WEBHOOK_SECRET=", "GITHUB_PRIVATE_KEY", "REDIS_URL=", settings.redis_url]
+    if settings.github_webhook_secret is not None:
+        marks.append(settings.github_webhook_secret.get_secret_value())
+    return [mark for mark in marks if mark]
 
 
 # ---------------------------------------------------------------- checks
@@ -325,16 +466,118 @@ def check_disk(settings: Settings) -> Finding:
     return judge_disk(path, writable, shutil.disk_usage(existing).free)
 
 
+async def check_sandbox(settings: Settings) -> list[Finding]:
+    """Check the agent's sandbox starts; when it does, probe it from inside."""
+    if settings.agent_sandbox == "off":
+        return [judge_sandbox("off", None)]
+    problem = await asyncio.to_thread(sandbox_problem)
+    found = judge_sandbox("bwrap", problem, settings.agent_network)
+    if problem is not None:
+        return [found]
+    return [found, await probe_sandbox(settings)]
+
+
+async def probe_sandbox(settings: Settings) -> Finding:
+    """Run the probe in a jail built as an agent's is, behind the agent's own proxy."""
+    python = bridge_python()
+    with tempfile.TemporaryDirectory(prefix="baton-doctor-") as temp:
+        root = Path(temp)
+        worktree, home = root / "worktree", root / "home"
+        worktree.mkdir()
+        try:
+            async with (
+                _quiet(EGRESS_LOGGER),  # the proxy refusing the probe is the probe's finding
+                egress(egress_policy_for(settings), "baton doctor") as (egress_dir, _),
+            ):
+                jail = jails_for(settings).make(
+                    worktree=worktree,
+                    home=home,
+                    scratch=root / "scratch",
+                    network=settings.agent_network,
+                    egress_dir=egress_dir,
+                    programs=(python,),
+                )
+                assert jail is not None  # BATON_AGENT_SANDBOX=bwrap
+                spec = probe_spec(settings, os.getpid(), Path(".env"))
+                argv = jail.command([python, "-I", "-S", "-c", PROBE_SOURCE, json.dumps(spec)])
+                env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
+                marks = json.dumps(probe_marks(settings)).encode()
+                stdout, stderr, code = await _run_capped(argv, jail.environment(env), marks)
+        except OSError as exc:
+            return fail("sandbox probe", f"cannot start the probe in the agent's sandbox: {exc}")
+    return judge_sandbox_probe(stdout, code, stderr)
+
+
+@contextlib.asynccontextmanager
+async def _quiet(name: str) -> AsyncIterator[None]:
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+async def _run_capped(
+    argv: Sequence[str], env: Mapping[str, str], stdin: bytes
+) -> tuple[str, str, int | None]:
+    """Run argv with stdin; return at most PROBE_OUTPUT_CAP bytes of each of its outputs and
+    its exit code, None when it did not finish within PROBE_TIMEOUT_S."""
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        env=dict(env),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    assert process.stderr is not None
+    out, err, code = b"", b"", None
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            with contextlib.suppress(ConnectionError):  # it may end before reading stdin
+                process.stdin.write(stdin)
+                await process.stdin.drain()
+            process.stdin.close()
+            out, err = await asyncio.gather(
+                _read_capped(process.stdout), _read_capped(process.stderr)
+            )
+            if process.returncode is None and PROBE_OUTPUT_CAP in (len(out), len(err)):
+                process.kill()  # it says more than a probe does: what it said is judged
+            code = await process.wait()
+    except TimeoutError:
+        code = None
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    return out.decode(errors="replace"), err.decode(errors="replace"), code
+
+
+async def _read_capped(stream: asyncio.StreamReader) -> bytes:
+    data = b""
+    while len(data) < PROBE_OUTPUT_CAP:
+        chunk = await stream.read(PROBE_OUTPUT_CAP - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 async def diagnose() -> list[Finding]:
     """Run every check; those that need settings run only when the settings load."""
     settings_finding, settings = check_settings()
     findings = [settings_finding]
     if settings is not None:
         findings += await asyncio.to_thread(check_redis, settings)
+        findings.append(judge_redis_exposure(settings.redis_url))
     findings.append(check_git())
     if settings is not None:
         findings += await check_app(settings)
-        findings += [check_webhook_secret(settings), check_agent(settings), check_disk(settings)]
+        findings += [check_webhook_secret(settings), check_agent(settings)]
+        findings += await check_sandbox(settings)
+        findings.append(check_disk(settings))
     return findings
 
 

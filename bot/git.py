@@ -4,21 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import fcntl
 import logging
 import os
 import re
+import shutil
+import signal
+import stat
+import tempfile
 import unicodedata
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bot.jail import Jails
 from bot.logs import redact
 
 log = logging.getLogger(__name__)
 
 GIT_TIMEOUT_S = 600.0
+OUTPUT_CAP = 1024 * 1024  # what Baton reads of a git command run in the agent's checkout
+BUNDLE_CAP = 2 * 1024**3  # the most the agent's commits of one attempt may weigh
+MIRROR_CONFIG = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n"
 BRANCH_PREFIX = "baton/"
 _NOT_SLUG = re.compile(r"[^a-z0-9]+")
 
@@ -77,11 +86,6 @@ class Git:
             "-c",
             "core.hooksPath=/dev/null",
         ]
-        secrets: list[str] = []
-        if token is not None:
-            header = auth_header(token)
-            config += ["-c", f"http.extraheader={header}"]
-            secrets = [token, header.split()[-1]]
         argv = ["-C", str(cwd), *config, *args]
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -90,6 +94,16 @@ class Git:
             "GIT_TERMINAL_PROMPT": "0",
             "GIT_CONFIG_NOSYSTEM": "1",
         }
+        secrets: list[str] = []
+        if token is not None:
+            # Through git's environment, so the token is in no process's argv.
+            header = auth_header(token)
+            env |= {
+                "GIT_CONFIG_COUNT": "1",
+                "GIT_CONFIG_KEY_0": "http.extraheader",
+                "GIT_CONFIG_VALUE_0": header,
+            }
+            secrets = [token, header.split()[-1]]
         proc = await asyncio.create_subprocess_exec(
             "git",
             *argv,
@@ -138,20 +152,138 @@ class Rebased:
     conflicts: tuple[str, ...]
 
 
-class Workspace:
-    """Per-repository bare mirrors and per-issue worktrees under one data directory."""
+class CheckoutGit:
+    """Git in the agent's checkout: only ever inside the agent's jail, never with a credential.
 
-    def __init__(self, git: Git, data_dir: Path) -> None:
+    The checkout's config, hooks, attributes and fsmonitor are the agent's to write, so
+    whatever they make git run runs where the agent itself runs. Output is read under a cap.
+    """
+
+    def __init__(self, identity: Identity, jails: Jails | None) -> None:
+        self.identity = identity
+        self.jails = jails
+
+    async def run(self, checkout: Path, objects: Path, *args: str, check: bool = True) -> Done:
+        """Run `git args` in checkout; objects is the mirror's store its alternates name."""
+        config = [
+            "-c",
+            f"user.name={self.identity.name}",
+            "-c",
+            f"user.email={self.identity.email}",
+            "-c",
+            "commit.gpgsign=false",
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "core.fsmonitor=false",
+        ]
+        with tempfile.TemporaryDirectory(prefix="baton-git-") as scratch_dir:
+            scratch = Path(scratch_dir)
+            env = {
+                "PATH": "/usr/local/bin:/usr/bin:/bin",
+                "HOME": str(scratch / "home"),
+                "LANG": "C.UTF-8",
+                "GIT_TERMINAL_PROMPT": "0",
+                "GIT_CONFIG_NOSYSTEM": "1",
+            }
+            argv = ["git", *config, *args]
+            jail = None
+            if self.jails is not None:
+                jail = self.jails.make(
+                    worktree=checkout,
+                    home=scratch / "home",
+                    scratch=scratch,
+                    readable=(objects,),
+                    writable=_io_dirs(args),
+                )
+            if jail is not None:
+                argv, env = jail.command(argv), jail.environment(env)
+            else:
+                (scratch / "home").mkdir()
+            done = await _run_capped(argv, checkout, env)
+        if check and done.returncode != 0:
+            raise GitError(list(args), done.returncode, done.stderr)
+        return done
+
+
+def _io_dirs(args: Sequence[str]) -> tuple[Path, ...]:
+    """Return the directory a `bundle create` writes to, so the jail shows it writable."""
+    if len(args) > 2 and args[0] == "bundle" and args[1] == "create":
+        target = next(arg for arg in args[2:] if not arg.startswith("-"))
+        return (Path(target).parent,)
+    return ()
+
+
+@dataclass(frozen=True)
+class Done:
+    """A finished command: its exit code and what it printed, each read under a cap."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+async def _run_capped(argv: list[str], cwd: Path, env: dict[str, str]) -> Done:
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=cwd,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        out, err, _ = await asyncio.wait_for(
+            asyncio.gather(_read_capped(proc.stdout), _read_capped(proc.stderr), proc.wait()),
+            GIT_TIMEOUT_S,
+        )
+    except (TimeoutError, asyncio.CancelledError):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        raise
+    return Done(proc.returncode or 0, out, err)
+
+
+async def _read_capped(stream: asyncio.StreamReader) -> str:
+    """Read a stream to its end, keeping at most OUTPUT_CAP bytes of it."""
+    kept = bytearray()
+    while chunk := await stream.read(65536):
+        if len(kept) < OUTPUT_CAP:
+            kept += chunk[: OUTPUT_CAP - len(kept)]
+    return kept.decode(errors="replace")
+
+
+_SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+
+
+class Workspace:
+    """Per-repository bare mirrors, Baton's own, and per-issue checkouts, the agent's.
+
+    The mirror is trusted: only Baton writes it, and only it is ever fetched or pushed
+    with a token. Each issue's checkout is a repository of its own whose objects
+    borrow the mirror's store (read-only to the agent), so nothing the agent writes to
+    its git directory reaches the mirror. The agent's commits come back as a bundle.
+    """
+
+    def __init__(self, git: Git, data_dir: Path, jails: Jails | None = None) -> None:
         self.git = git
         self.data_dir = data_dir
+        self.checkout_git = CheckoutGit(git.identity, jails)
 
     def mirror_path(self, repo: str) -> Path:
         """Return where a repository's bare mirror lives."""
         return self.data_dir / "mirrors" / f"{repo}.git"
 
     def worktree_path(self, repo: str, number: int) -> Path:
-        """Return where the worktree for one issue lives."""
+        """Return where the agent's checkout for one issue lives."""
         return self.data_dir / "worktrees" / repo / f"issue-{number}"
+
+    def work_ref(self, number: int) -> str:
+        """Return the mirror's ref that holds the agent's last collected commit for an issue."""
+        return f"refs/baton/work/issue-{number}"
 
     async def refresh_mirror(self, repo: str, clone_url: str, token: str) -> Path:
         """Create the mirror if needed and fetch every branch into refs/remotes/origin."""
@@ -159,7 +291,9 @@ class Workspace:
         async with _file_lock(mirror.with_suffix(".lock")):
             if not (mirror / "HEAD").exists():
                 mirror.mkdir(parents=True, exist_ok=True)
-                await self.git.run(mirror, "init", "--quiet", "--bare")
+                await self.git.run(mirror, "init", "--quiet", "--bare", "--template=")
+            # Baton's own config, whatever an older layout let a worktree write there.
+            (mirror / "config").write_text(MIRROR_CONFIG)
             # Fetch into remote-tracking refs: a branch checked out in a worktree
             # can never be a fetch target.
             await self.git.run(
@@ -174,53 +308,108 @@ class Workspace:
             )
         return mirror
 
-    async def provision(self, repo: str, number: int, branch: str, start: str) -> Path:
-        """Return a fresh worktree for the issue on branch, starting at start."""
+    async def provision(
+        self, repo: str, number: int, branch: str, start: str, base: tuple[str, str] | None = None
+    ) -> Path:
+        """Return a fresh checkout for the issue on branch at start; base is (name, sha).
+
+        A repository of its own, made by Baton from nothing: no config, hook or
+        attribute of a previous attempt's agent survives into it.
+        """
         mirror = self.mirror_path(repo)
         path = self.worktree_path(repo, number)
         async with _file_lock(mirror.with_suffix(".lock")):
-            if path.exists():
-                await self.git.run(mirror, "worktree", "remove", "--force", str(path))
-            await self.git.run(mirror, "worktree", "prune")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            await self.git.run(mirror, "worktree", "add", "--quiet", "-B", branch, str(path), start)
+            await asyncio.to_thread(_remove_tree, path)
+            await self.git.run(mirror, "worktree", "prune")  # checkouts of an older layout
+        path.parent.mkdir(parents=True, exist_ok=True)
+        await self.git.run(path.parent, "init", "--quiet", "--template=", str(path))
+        info = path / ".git" / "objects" / "info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "alternates").write_text(f"{mirror / 'objects'}\n")
+        await self.git.run(path, "update-ref", f"refs/heads/{branch}", start)
+        if base is not None:
+            await self.git.run(path, "update-ref", f"refs/remotes/origin/{base[0]}", base[1])
+        await self.git.run(path, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
+        await self.git.run(path, "config", "user.name", self.git.identity.name)
+        await self.git.run(path, "config", "user.email", self.git.identity.email)
+        await self.git.run(path, "reset", "--quiet", "--hard")
         return path
 
     def worktree_issues(self, repo: str) -> list[int]:
-        """Return the issues of the repository that have a worktree on this machine."""
+        """Return the issues of the repository that have a checkout on this machine."""
         names = (path.name for path in (self.data_dir / "worktrees" / repo).glob("issue-*"))
         return sorted(int(n) for name in names if (n := name.removeprefix("issue-")).isdigit())
 
     async def remove(self, repo: str, number: int) -> None:
-        """Remove the issue's worktree, if it exists."""
+        """Remove the issue's checkout, if it exists."""
         mirror = self.mirror_path(repo)
         if not mirror.exists():
             return  # this machine never worked on the repository: nothing of it is here
         path = self.worktree_path(repo, number)
         async with _file_lock(mirror.with_suffix(".lock")):
-            if path.exists():
-                await self.git.run(mirror, "worktree", "remove", "--force", str(path))
+            await asyncio.to_thread(_remove_tree, path)
             await self.git.run(mirror, "worktree", "prune")
 
     async def rev_parse(self, cwd: Path, rev: str) -> str:
-        """Return the sha rev names."""
+        """Return the sha rev names in a repository of Baton's own (the mirror)."""
         return (await self.git.run(cwd, "rev-parse", "--verify", f"{rev}^{{commit}}")).strip()
 
-    async def commit_leftovers(self, worktree: Path, message: str) -> bool:
-        """Commit whatever the agent left uncommitted; return whether there was any."""
-        if not (await self.git.run(worktree, "status", "--porcelain")).strip():
-            return False
-        await self.git.run(worktree, "add", "--all")
-        await self.git.run(worktree, "commit", "--quiet", "--no-verify", "-m", message)
-        return True
+    async def collect(
+        self, repo: str, number: int, start: str, io_dir: Path, leftovers: str | None
+    ) -> str:
+        """Bring the agent's HEAD into the mirror and return its sha.
 
-    async def commits_since(self, worktree: Path, base: str) -> int:
-        """Return how many commits HEAD has that base does not."""
-        return int((await self.git.run(worktree, "rev-list", "--count", f"{base}..HEAD")).strip())
+        With a message in leftovers, whatever the agent left uncommitted is committed
+        first. Both happen inside the agent's jail; its commits cross into the mirror
+        as a bundle, checked object by object, never by reading its repository.
+        """
+        checkout = self.worktree_path(repo, number)
+        mirror = self.mirror_path(repo)
+        objects = mirror / "objects"
+        run = self.checkout_git.run
+        if leftovers is not None:
+            await run(checkout, objects, "add", "--all")
+            staged = await run(checkout, objects, "diff", "--cached", "--quiet", check=False)
+            if staged.returncode == 1:
+                await run(checkout, objects, "commit", "--quiet", "--no-verify", "-m", leftovers)
+        said = (await run(checkout, objects, "rev-parse", "--verify", "HEAD^{commit}")).stdout
+        head = said.strip()
+        if not _SHA.match(head):
+            raise GitError(
+                ["rev-parse", "HEAD"], 1, f"the checkout's HEAD is not a commit: {head[:80]!r}"
+            )
+        if head == start:
+            return head
+        bundle = _fresh_path(io_dir / "work.bundle")
+        await run(
+            checkout, objects, "bundle", "create", "--quiet", str(bundle), "HEAD", f"^{start}"
+        )
+        with tempfile.TemporaryDirectory(prefix="baton-bundle-") as kept_dir:
+            kept = Path(kept_dir) / "work.bundle"
+            await asyncio.to_thread(_copy_regular_file, bundle, kept, BUNDLE_CAP)
+            await self.git.run(
+                mirror,
+                "-c",
+                "transfer.fsckObjects=true",
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                str(kept),
+                f"+HEAD:{self.work_ref(number)}",
+            )
+        fetched = await self.rev_parse(mirror, self.work_ref(number))
+        if fetched != head:
+            raise GitError(["fetch", "bundle"], 1, f"the bundle's HEAD is {fetched}, not {head}")
+        return head
 
-    async def has_diff(self, worktree: Path, base: str) -> bool:
-        """Return whether HEAD's tree differs from base's."""
-        out = await self.git.run(worktree, "diff", "--name-only", base, "HEAD")
+    async def commits_since(self, repo: str, base: str, head: str) -> int:
+        """Return how many commits head has that base does not, in the mirror."""
+        out = await self.git.run(self.mirror_path(repo), "rev-list", "--count", f"{base}..{head}")
+        return int(out.strip())
+
+    async def has_diff(self, repo: str, base: str, head: str) -> bool:
+        """Return whether head's tree differs from base's, in the mirror."""
+        out = await self.git.run(self.mirror_path(repo), "diff", "--name-only", base, head)
         return bool(out.strip())
 
     async def remote_branch(self, repo: str, branch: str) -> str | None:
@@ -234,11 +423,13 @@ class Workspace:
         return out.strip() or None
 
     async def is_dirty(self, repo: str, number: int) -> bool:
-        """Return whether the issue's worktree on this machine holds uncommitted work."""
+        """Return whether the issue's checkout on this machine holds uncommitted work."""
         path = self.worktree_path(repo, number)
-        if not path.exists():
+        if not (path / ".git").is_dir():
             return False
-        return bool((await self.git.run(path, "status", "--porcelain")).strip())
+        objects = self.mirror_path(repo) / "objects"
+        done = await self.checkout_git.run(path, objects, "status", "--porcelain")
+        return bool(done.stdout.strip())
 
     async def rebase_branch(
         self, repo: str, branch: str, onto: str, built_on: str, clone_url: str, token: str
@@ -269,27 +460,68 @@ class Workspace:
                 return Rebased(tip=None, conflicts=tuple(conflicts.split()))
             new_tip = await self.rev_parse(path, "HEAD")
             if new_tip != tip:
-                await self.push(path, clone_url, branch, token, tip)
+                await self.push(repo, clone_url, branch, new_tip, token, tip)
             return Rebased(tip=new_tip, conflicts=())
         finally:
             async with _file_lock(mirror.with_suffix(".lock")):
                 await self.git.run(mirror, "worktree", "remove", "--force", str(path))
 
     async def push(
-        self, worktree: Path, clone_url: str, branch: str, token: str, expected: str | None
+        self,
+        repo: str,
+        clone_url: str,
+        branch: str,
+        sha: str,
+        token: str,
+        expected: str | None,
     ) -> None:
-        """Push HEAD to branch, replacing it only if it is still at expected.
+        """Push sha from the mirror to branch, replacing it only if it is still at expected.
 
         Baton owns its branches, so a new attempt may replace an old one; the
         lease keeps it from overwriting anything a human pushed since the fetch.
         """
         lease = f"--force-with-lease=refs/heads/{branch}:{expected or ''}"
         await self.git.run(
-            worktree,
+            self.mirror_path(repo),
             "push",
             "--quiet",
             lease,
             clone_url,
-            f"HEAD:refs/heads/{branch}",
+            f"{sha}:refs/heads/{branch}",
             token=token,
         )
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove a checkout the agent wrote: its links are removed, never followed."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+
+
+def _fresh_path(path: Path) -> Path:
+    """Return path with its directory made and nothing at it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    return path
+
+
+def _copy_regular_file(source: Path, target: Path, cap: int) -> None:
+    """Copy a file the agent could have replaced: never through a link, at most cap bytes."""
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise GitError(
+            ["bundle", "create"], 1, f"the agent's bundle cannot be read: {exc}"
+        ) from exc
+    with os.fdopen(fd, "rb") as src:
+        info = os.fstat(src.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise GitError(["bundle", "create"], 1, "the agent's bundle is not a regular file")
+        if info.st_size > cap:
+            raise GitError(
+                ["bundle", "create"], 1, f"the agent's commits are over {cap // 2**20} MiB"
+            )
+        with target.open("wb") as dst:
+            shutil.copyfileobj(src, dst)

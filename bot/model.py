@@ -177,6 +177,9 @@ class AgentResult(BaseModel):
     evidence: list[str] = Field(default_factory=list)
     transcript_path: Path
     stderr_path: Path
+    refused_hosts: list[str] = Field(
+        default_factory=list, description="host:port the agent's sandbox refused to reach"
+    )
 
     @property
     def duration(self) -> timedelta:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -10,7 +11,13 @@ from rq import Worker
 from bot.chains import LinkStatus, link_status, next_step, successors
 from bot.dispatch import Dispatcher
 from bot.model import Chain, Run, RunState
+from bot.settings import Settings
 from bot.store import Store
+
+SANDBOX_OFF_WARNING = (
+    "Agents run without a sandbox (BATON_AGENT_SANDBOX=off): each agent reaches the "
+    "worker's files, environment, network and loopback services such as Redis."
+)
 
 
 class IssueSummary(BaseModel):
@@ -133,6 +140,9 @@ class Overview(BaseModel):
     waiting: list[TimedIssue] = Field(default_factory=list, description="soonest first")
     held: list[HeldIssue] = Field(default_factory=list)
     chains: list[ChainSummary] = Field(default_factory=list)
+    warnings: list[str] = Field(
+        default_factory=list, description="risks the deployment runs at, shown first"
+    )
 
     @property
     def live_runs(self) -> list[RunSummary]:
@@ -178,8 +188,25 @@ def _chain_view(store: Store, chain: Chain) -> tuple[ChainSummary, list[HeldIssu
     return summary, held
 
 
-def gather_overview(store: Store, dispatch: Dispatcher, now: datetime, limit: int) -> Overview:
-    """Read the overview from Redis at now: every live run and the `limit` most recent runs."""
+def deployment_warnings(settings: Settings) -> list[str]:
+    """Return the risks a deployment with these settings runs at (pure: the process's own)."""
+    warnings = []
+    if settings.agent_sandbox == "off":
+        warnings.append(SANDBOX_OFF_WARNING)
+    return warnings
+
+
+def gather_overview(
+    store: Store,
+    dispatch: Dispatcher,
+    now: datetime,
+    limit: int,
+    warnings: Sequence[str] = (),
+) -> Overview:
+    """Read the overview from Redis at now: every live run and the `limit` most recent runs.
+
+    warnings are the deployment's own (`deployment_warnings`), shown above everything.
+    """
     recorded = store.recent_runs(limit)
     for issue in store.in_flight():
         run = store.latest_run(issue)
@@ -217,4 +244,5 @@ def gather_overview(store: Store, dispatch: Dispatcher, now: datetime, limit: in
         waiting=[TimedIssue(repo=i.repo, number=i.number, until=at) for i, at in store.waits()],
         held=held,
         chains=chains,
+        warnings=list(warnings),
     )

@@ -19,6 +19,7 @@ from bot.classify import RunFacts, classify
 from bot.dispatch import Dispatcher, JobSpec, RunMode, run_issue_job
 from bot.git import Git, Identity, Workspace
 from bot.github import GitHubClient
+from bot.jail import Jails, jails_for
 from bot.labels import set_state_label
 from bot.metrics import ESCALATIONS, HALTS, Tally
 from bot.model import IssueRef, Limits, Policy, Recovery, Run, RunState, utcnow
@@ -45,7 +46,12 @@ class Services:
     def workspace(self) -> Workspace:
         """Return the mirrors and worktrees under the data directory."""
         identity = Identity(self.settings.git_author_name, self.settings.git_author_email)
-        return Workspace(Git(identity), self.settings.data_dir)
+        return Workspace(Git(identity), self.settings.data_dir, self.jails)
+
+    @property
+    def jails(self) -> Jails:
+        """Return the builder of this worker's agent jails."""
+        return jails_for(self.settings)
 
 
 async def report(

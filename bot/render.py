@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -13,6 +14,9 @@ from bot.model import Limits, Run, RunState
 STATUS_MARKER = "<!-- baton:status -->"
 ESCALATION_MARKER = "<!-- baton:escalation -->"
 CHECK_TEXT_LIMIT = 3000
+BODY_LIMIT = 65536  # GitHub refuses an issue, pull request or comment body longer than this
+REASON_LIMIT = 4000  # the agent's words quoted in a status comment
+FILES_LIST_LIMIT = 20000  # the pull request body's list of changed files
 
 _STATE_WORDS = {
     RunState.CLAIMED: "Claimed: getting ready to work on this issue.",
@@ -53,6 +57,85 @@ def duration(delta: timedelta) -> str:
 def instant(at: datetime, now: datetime) -> str:
     """Return a time the way a status line gives it: the clock today, the date otherwise."""
     return at.strftime("%H:%M UTC" if at.date() == now.date() else "%Y-%m-%d %H:%M UTC")
+
+
+def fit_body(
+    text: str,
+    limit: int = BODY_LIMIT,
+    *,
+    pointer: str,
+    keep: str = "",
+    what: str = "The agent's full report",
+) -> str:
+    """Return text followed by keep, in at most limit characters.
+
+    A text too long for the limit is cut, at a line's end when one is near, and
+    closed with a note that says how long it was and where the rest is (pointer).
+    keep is Baton's own trailing part (a closing keyword, a hidden marker, a list
+    of mentions): it is never cut. A code block or HTML comment the cut leaves
+    open is closed, so the note and keep read as Baton wrote them.
+    """
+    if len(text) + len(keep) <= limit:
+        return text + keep
+    note = f"\n\n*{what} was {len(text):,} characters; the rest is in {pointer}.*"
+    room = limit - len(keep) - len(note) - CLOSER_ROOM
+    if room < 0:  # not even Baton's own part fits: keep its end, where the markers are
+        return _last(note + keep, limit)
+    cut = text[:room]
+    newline = cut.rfind("\n")
+    if newline >= room * 3 // 4:  # a line's end is near: cut there, not mid-line
+        cut = cut[:newline]
+    closing, fence_at = _closers(cut)
+    if len(closing) > CLOSER_ROOM:  # a fence too long to close in the room left: cut before it
+        cut = cut[:fence_at]
+        closing, _ = _closers(cut)
+    return cut.rstrip("\n") + closing + note + keep
+
+
+CLOSER_ROOM = 24  # what closing an open code block and HTML comment may take
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+
+
+def _closers(text: str) -> tuple[str, int]:
+    """Return what closes a code block or HTML comment open at text's end, and where it opened."""
+    fence: str | None = None
+    fence_at = 0
+    at = 0
+    for line in text.splitlines(keepends=True):
+        if match := _FENCE.match(line):
+            run = match[1]
+            if fence is None:
+                fence, fence_at = run, at
+            elif run[0] == fence[0] and len(run) >= len(fence) and not line.strip(" \r\n`~"):
+                fence = None
+        at += len(line)
+    closing = ""
+    if fence is not None:
+        closing += "\n" + fence
+    comment = text.rfind("<!--")
+    if comment > text.rfind("-->") and (fence is None or comment < fence_at):
+        closing += "\n-->"
+    return closing, fence_at
+
+
+def _closed(text: str) -> str:
+    """Return the agent's text with any code block or HTML comment it left open closed.
+
+    Left open, it would swallow what Baton writes after it.
+    """
+    return text + _closers(text)[0]
+
+
+def _last(text: str, limit: int) -> str:
+    return text[len(text) - limit :] if len(text) > limit else text
+
+
+def transcript_pointer(run: Run) -> str:
+    """Return where the whole of what the run's agent said can be read: its transcript."""
+    agent = run.agent_result
+    if agent is None:
+        return f"the run's logs on the worker (run `{run.run_id}`)"
+    return f"the run's transcript (`{agent.transcript_path}` on the worker, run `{run.run_id}`)"
 
 
 class CheckSummary(BaseModel):
@@ -179,7 +262,12 @@ def status_comment(
         _STATE_WORDS[run.state],
     ]
     if run.reason:
-        lines += ["", f"Reason: {run.reason}"]
+        # The reason may be the agent's own words: quoted, and only so much of them.
+        pointer = transcript_pointer(run)
+        reason = fit_body(
+            _closed(run.reason), REASON_LIMIT, pointer=pointer, what="The full reason"
+        )
+        lines += ["", f"Reason: {reason}"]
     if next_step:
         lines += ["", f"Next: {next_step}"]
     if run.pr_url:
@@ -187,7 +275,13 @@ def status_comment(
         lines += ["", f"Pull request: {run.pr_url}{history}"]
     spent = duration(run.wall_clock(now))
     lines += ["", f"Branch `{run.branch}` · {spent} {'so far' if run.state.is_live else 'in all'}"]
-    return "\n".join(lines)
+    return _fit_comment(lines, run)
+
+
+def _fit_comment(lines: list[str], run: Run) -> str:
+    """Join a comment's lines and make it fit GitHub; its marker is first and stays."""
+    pointer = f"Baton's status page (run `{run.run_id}`)"
+    return fit_body("\n".join(lines), pointer=pointer, what="This comment")
 
 
 def waiting_comment(account: str, reopens_at: datetime, now: datetime) -> str:
@@ -265,7 +359,7 @@ def pull_status_comment(
         "|---|---|---|---|---|---|",
     ]
     lines += [_history_row(run, now) for run in runs]
-    return "\n".join(lines)
+    return _fit_comment(lines, current)
 
 
 def _history_row(run: Run, now: datetime) -> str:
@@ -288,9 +382,11 @@ def escalation_comment(
     mentions: list[str],
 ) -> str:
     """Return the one comment that tells a human Baton stopped, why, and what they can do."""
+    pointer = transcript_pointer(work) if work is not None else "the runs' logs on the worker"
     lines = [
         ESCALATION_MARKER,
-        f"**Baton stopped working on this issue**: {reason}.",
+        f"**Baton stopped working on this issue**: "
+        f"{fit_body(reason, REASON_LIMIT, pointer=pointer, what='The full reason')}.",
         "",
         "| budget | spent | cap |",
         "|---|---|---|",
@@ -327,9 +423,8 @@ def escalation_comment(
         "`max_continuations`, `max_cost_usd`), or for every repository in Baton's settings.",
         "- Finish it by hand" + (" from the branch above." if work and work.head_sha else "."),
     ]
-    if mentions:
-        lines += ["", " ".join(f"@{login}" for login in mentions)]
-    return "\n".join(lines)
+    keep = "\n\n" + " ".join(f"@{login}" for login in mentions) if mentions else ""
+    return fit_body("\n".join(lines), pointer="Baton's status page", keep=keep, what="This comment")
 
 
 def pr_title(issue_title: str, number: int) -> str:
@@ -337,23 +432,56 @@ def pr_title(issue_title: str, number: int) -> str:
     return f"{issue_title} (#{number})"
 
 
-def pr_body(run: Run, agent_report: str, changed_files: list[str] | None) -> str:
-    """Return the pull request's body: closing keyword, the agent's report, the diff's files."""
-    lines = [
-        f"Closes #{run.issue.number}",
-        "",
-        f"Opened by Baton (attempt {run.attempt}) from an AI coding agent's work on "
-        f"#{run.issue.number}. Please review it as you would any contribution.",
-        "",
-        "## The agent's report",
-        "",
-        agent_report.strip() or "(The agent gave no report.)",
-        "",
-        "## Files changed",
-        "",
-    ]
+def pr_body(
+    run: Run, agent_report: str, changed_files: list[str] | None, *, limit: int = BODY_LIMIT
+) -> str:
+    """Return the pull request's body: closing keyword, the agent's report, the diff's files.
+
+    Only the agent's report is cut to make the body fit GitHub; Baton's own parts
+    are whole, and a cut report says where the rest of it is.
+    """
+    opening = "\n".join(
+        [
+            f"Closes #{run.issue.number}",
+            "",
+            f"Opened by Baton (attempt {run.attempt}) from an AI coding agent's work on "
+            f"#{run.issue.number}. Please review it as you would any contribution.",
+            "",
+            "## The agent's report",
+            "",
+            "",
+        ]
+    )
+    lines = ["", "", "## Files changed", ""]
     if changed_files is None:
         lines.append("(Listed once GitHub has computed the diff.)")
     else:
-        lines += [f"- `{name}`" for name in changed_files] or ["(none)"]
-    return "\n".join(lines) + "\n"
+        lines += _file_list(changed_files) or ["(none)"]
+    files = "\n".join(lines) + "\n"
+    report = _closed(agent_report.strip() or "(The agent gave no report.)")
+    return opening + fit_body(
+        report, limit - len(opening), pointer=transcript_pointer(run), keep=files
+    )
+
+
+def _file_list(names: list[str]) -> list[str]:
+    """Return the list items of changed files, as many as FILES_LIST_LIMIT has room for."""
+    items: list[str] = []
+    size = 0
+    for number, name in enumerate(names):
+        item = f"- {_code(name)}"
+        if size + len(item) + 1 > FILES_LIST_LIMIT:
+            items.append(f"- ... and {len(names) - number} more (see the pull request's files)")
+            break
+        items.append(item)
+        size += len(item) + 1
+    return items
+
+
+def _code(text: str) -> str:
+    """Return text as inline code, whatever backticks or line breaks it holds."""
+    text = " ".join(text.splitlines())
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    ticks = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"

@@ -11,7 +11,15 @@ from typing import Any
 from gidgethub import HTTPException
 
 from bot import render
-from bot.agents import AgentConfigError, AgentRequest, adapter_for
+from bot.agents import (
+    AgentConfigError,
+    AgentRequest,
+    adapter_for,
+    agent_home,
+    egress,
+    egress_policy_for,
+    programs_of,
+)
 from bot.agents.setup import run_setup
 from bot.chainwork import stack_base
 from bot.checks import failing_checks
@@ -145,13 +153,15 @@ class _Attempt:
         base = str(repo["default_branch"])
         # The repository's file first: it may name the labels the issue is judged by.
         try:
-            config = await load_repo_config(gh, self.store, self.issue.repo, base)
+            file = await load_repo_config(gh, self.store, self.issue.repo, base)
         except InvalidRepoConfig as exc:
             invalid: InvalidRepoConfig | None = exc
         else:
-            invalid = None
-            self.settings = apply_repo_config(self.settings, config)
-            self.setup_commands = tuple(config.setup or ())
+            # A file asking for more than the deployment allows starts nothing either,
+            # but its labels still name the issue's state.
+            invalid = file.refused_by(self.settings)
+            self.settings = apply_repo_config(self.settings, file.config)
+            self.setup_commands = tuple(file.config.setup or ())
         try:
             previous = self._predecessor(data, labels)
         except _NotNow as why:
@@ -304,7 +314,7 @@ class _Attempt:
             await post_status(self.services, gh, self.issue, comment)
 
     async def _refuse_config(self, gh: GitHubClient, invalid: InvalidRepoConfig, base: str) -> None:
-        """Start nothing on an invalid repository file; say what is wrong, once per version."""
+        """Start nothing on a file that is invalid or asks too much; say why, once per version."""
         comment = None
         if self.store.first_config_error(self.issue, invalid.blob_sha):
             problems = [problem.within_file for problem in invalid.error.problems]
@@ -348,34 +358,42 @@ class _Attempt:
         base_sha = await workspace.rev_parse(mirror, f"refs/remotes/origin/{base}")
         remote_tip = await workspace.remote_branch(self.issue.repo, run.branch)
         start = remote_tip if remote_tip and run.continuation_of is not None else base_sha
-        worktree = await workspace.provision(self.issue.repo, self.issue.number, run.branch, start)
+        worktree = await workspace.provision(
+            self.issue.repo, self.issue.number, run.branch, start, (base, base_sha)
+        )
         run = self._move(run, RunState.RUNNING, base_branch=base, base_sha=base_sha)
         await report(self.services, gh, run)
 
         continuation = await self._continuation(gh, previous) if run.continuation_of else None
         self.pushed_tip = remote_tip
-        checkpoints = asyncio.create_task(self._checkpoint(run, worktree, clone_url, start))
+        run_dir = self._run_dir(run)
+        checkpoints = asyncio.create_task(self._checkpoint(run, run_dir, clone_url, start))
         try:
-            result = await self._run_agent(run, worktree, data, continuation)
+            result = await self._run_agent(run, worktree, run_dir, data, continuation)
         finally:
             checkpoints.cancel()
         run = run.model_copy(update={"agent_result": result})
         self.store.add_metrics(agent_usage(result))
-        await workspace.commit_leftovers(
-            worktree, f"Work on #{self.issue.number} (Baton, attempt {run.attempt})"
+        head_sha = await workspace.collect(
+            self.issue.repo,
+            self.issue.number,
+            start,
+            run_dir / "io",
+            leftovers=f"Work on #{self.issue.number} (Baton, attempt {run.attempt})",
         )
-        new_commits = await workspace.commits_since(worktree, start)
-        changed = await workspace.has_diff(worktree, base_sha)
+        new_commits = await workspace.commits_since(self.issue.repo, start, head_sha)
+        changed = await workspace.has_diff(self.issue.repo, base_sha, head_sha)
         if new_commits:
             # Pushed even when the agent stopped short: a continuation builds on it, here or
             # on another machine, and an operator's stop keeps the work.
-            head_sha = await workspace.rev_parse(worktree, "HEAD")
             # Recorded before the push, so a check result that races the PR finds its run.
             run = self._move(run, run.state, head_sha=head_sha)
             self._ensure_claim()
             token = await self.app.installation_token(self.issue.installation_id)
             try:
-                await workspace.push(worktree, clone_url, run.branch, token, self.pushed_tip)
+                await workspace.push(
+                    self.issue.repo, clone_url, run.branch, head_sha, token, self.pushed_tip
+                )
             except GitError as exc:
                 return await self._end(
                     gh,
@@ -481,18 +499,26 @@ class _Attempt:
             comments=tuple(comments),
         )
 
-    async def _run_agent(
-        self, run: Run, worktree: Path, data: dict[str, Any], continuation: Continuation | None
-    ) -> AgentResult:
-        run_dir = (
+    def _run_dir(self, run: Run) -> Path:
+        return (
             self.settings.data_dir
             / "runs"
             / self.issue.repo
             / str(self.issue.number)
             / str(run.attempt)
         )
-        run_dir.mkdir(parents=True, exist_ok=True)
-        brief_path = run_dir / "brief.md"
+
+    async def _run_agent(
+        self,
+        run: Run,
+        worktree: Path,
+        run_dir: Path,
+        data: dict[str, Any],
+        continuation: Continuation | None,
+    ) -> AgentResult:
+        io_dir = run_dir / "io"
+        io_dir.mkdir(parents=True, exist_ok=True)
+        brief_path = io_dir / "brief.md"
         brief_path.write_text(
             render.brief(
                 str(data["title"]),
@@ -503,22 +529,42 @@ class _Attempt:
                 continuation,
             )
         )
-        home = self.settings.data_dir / "agent-home"
-        home.mkdir(parents=True, exist_ok=True)
-        request = AgentRequest(
-            run_id=run.run_id,
-            issue_number=self.issue.number,
-            attempt=run.attempt,
-            worktree=worktree,
-            brief_path=brief_path,
-            run_dir=run_dir,
-            deadline=utcnow() + timedelta(seconds=self.settings.agent_wall_clock_seconds),
-            home=home,
-            passthrough_env=tuple(self.settings.agent_passthrough_env),
-            # The agent picks its session up where the CLI can and the session is on this
-            # machine; the brief alone is always enough when it cannot.
-            resume_session_id=_previous_session(continuation),
-        )
+        home = agent_home(self.settings.data_dir, self.issue.repo, self.issue.number)
+        policy = egress_policy_for(self.settings)
+        async with egress(policy, str(self.issue)) as (egress_dir, proxy):
+            jail = self.services.jails.make(
+                worktree=worktree,
+                home=home,
+                scratch=run_dir / "jail",
+                readable=(self.services.workspace.mirror_path(self.issue.repo) / "objects",),
+                writable=(io_dir,),
+                network=self.settings.agent_network,
+                egress_dir=egress_dir,
+                programs=programs_of(self.settings, self.setup_commands),
+            )
+            request = AgentRequest(
+                run_id=run.run_id,
+                issue_number=self.issue.number,
+                attempt=run.attempt,
+                worktree=worktree,
+                brief_path=brief_path,
+                run_dir=run_dir,
+                deadline=utcnow() + timedelta(seconds=self.settings.agent_wall_clock_seconds),
+                home=home,
+                passthrough_env=tuple(self.settings.agent_passthrough_env),
+                # The agent picks its session up where the CLI can and the session is on this
+                # machine; the brief alone is always enough when it cannot.
+                resume_session_id=_previous_session(continuation),
+                jail=jail,
+            )
+            result = await self._agent_in(request)
+            refused = proxy.refused if proxy is not None else ()
+        if refused:
+            log.warning("%s: the sandbox refused the agent %s", self.issue, ", ".join(refused))
+        return result.model_copy(update={"refused_hosts": list(refused)})
+
+    async def _agent_in(self, request: AgentRequest) -> AgentResult:
+        """Run the setup commands, then the agent, until it ends or a maintainer stops it."""
         failed_setup = await run_setup(self.setup_commands, request, self.settings.agent)
         if failed_setup is not None:
             return failed_setup
@@ -543,22 +589,23 @@ class _Attempt:
         finally:
             watch.cancel()
 
-    async def _checkpoint(self, run: Run, worktree: Path, clone_url: str, start: str) -> None:
+    async def _checkpoint(self, run: Run, run_dir: Path, clone_url: str, start: str) -> None:
         """Push what the agent has committed every few minutes, while it works.
 
         A worker that dies then loses at most the work since the last checkpoint:
         the continuation, on any machine, starts from the branch as pushed.
         """
         workspace = self.services.workspace
+        repo, number = self.issue.repo, self.issue.number
         while True:
             await asyncio.sleep(self.settings.checkpoint_seconds)
-            head = await workspace.rev_parse(worktree, "HEAD")
-            if head in (start, self.pushed_tip):
-                continue
             try:
+                head = await workspace.collect(repo, number, start, run_dir / "io", None)
+                if head in (start, self.pushed_tip):
+                    continue
                 self._ensure_claim()
                 token = await self.app.installation_token(self.issue.installation_id)
-                await workspace.push(worktree, clone_url, run.branch, token, self.pushed_tip)
+                await workspace.push(repo, clone_url, run.branch, head, token, self.pushed_tip)
             except (LockLost, GitError, HTTPException) as exc:
                 log.warning("%s: checkpoint not pushed: %s", self.issue, _one_line(exc))
                 continue

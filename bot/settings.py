@@ -216,6 +216,14 @@ class Settings(BaseSettings):
             return [name.strip() for name in value.split(",") if name.strip()]
         return value
 
+    @field_validator("data_dir", "agent_extra_paths", mode="after")
+    @classmethod
+    def _absolute(cls, value: Path | list[Path]) -> Path | list[Path]:
+        # Absolute once: git's alternates and the agent's sandbox name these paths.
+        if isinstance(value, Path):
+            return value.absolute()
+        return [path.absolute() for path in value]
+
     @model_validator(mode="after")
     def _one_private_key(self) -> Settings:
         if self.github_private_key is not None and self.github_private_key_path is not None:

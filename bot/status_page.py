@@ -78,6 +78,8 @@ td.num { font-variant-numeric: tabular-nums; white-space: nowrap; }
 .bad { color: #d1242f; background: #ffebe9; border-color: #ffcecb; }
 .busy { color: #0969da; background: #ddf4ff; border-color: #b6e3ff; }
 .idle { color: #59636e; background: #f6f8fa; border-color: var(--line); }
+.alert { margin: 16px 0 0; padding: 10px 16px; border: 1px solid; border-radius: 8px;
+  font-weight: 600; }
 a { color: var(--blue); text-decoration: none; }
 a:hover { text-decoration: underline; }
 """
@@ -275,10 +277,15 @@ def _chains(overview: Overview) -> str:
     return _section("chains", "Chains", len(rows), table)
 
 
+def _warnings(overview: Overview) -> str:
+    return "".join(f'<p class="alert warn" role="alert">{_e(w)}</p>' for w in overview.warnings)
+
+
 def render_status_page(overview: Overview, now: datetime) -> str:
     """Return the operator's status page: a whole HTML document, no script, no outside asset."""
     taken = overview.taken_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     sections = [
+        _warnings(overview),
         _cards(overview, now),
         _repos(overview),
         _live(overview, now),
@@ -311,7 +318,8 @@ def _run_line(run: RunSummary, now: datetime) -> str:
 def render_status_text(overview: Overview, now: datetime) -> str:
     """Return what `baton status` prints: one line per fact, runs grouped by repository."""
     depths = ", ".join(f"{name} {count}" for name, count in overview.queues.items())
-    lines = [f"queues: {depths}", f"workers: {overview.workers}"]
+    lines = [f"warning: {warning}" for warning in overview.warnings]
+    lines += [f"queues: {depths}", f"workers: {overview.workers}"]
     lines += [
         f"last {what}: {_clock(at)} ({_relative(at, now)})"
         for what, at in sorted(overview.marks.items())

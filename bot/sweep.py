@@ -178,7 +178,7 @@ async def _queue_label(gh: GitHubClient, services: Services, repo: dict[str, Any
     """Return the label that queues the repository's issues: its own, or the deployment's."""
     name = str(repo["full_name"])
     try:
-        config = await load_repo_config(gh, services.store, name, str(repo["default_branch"]))
+        file = await load_repo_config(gh, services.store, name, str(repo["default_branch"]))
     except InvalidRepoConfig:
         # A run started by the deployment's label explains what is wrong with the file.
         return services.settings.queue_label
@@ -186,7 +186,7 @@ async def _queue_label(gh: GitHubClient, services: Services, repo: dict[str, Any
         # One unreadable file does not stop the pass: the label last read will do.
         log.warning("sweep: %s's %s not read (%s)", name, CONFIG_PATH, exc)
         return services.store.queue_labels().get(name, services.settings.queue_label)
-    return config.labels.queue or services.settings.queue_label
+    return file.config.labels.queue or services.settings.queue_label
 
 
 def _idle(services: Services, issue: IssueRef) -> bool:

@@ -15,6 +15,7 @@ from bot.config import (
     ConfigProblem,
     InvalidRepoConfig,
     RepoConfig,
+    RepoFile,
     parse_repo_config,
 )
 from bot.github import GitHubClient
@@ -129,37 +130,39 @@ async def pr_files(gh: GitHubClient, repo: str, number: int) -> list[str]:
     ]
 
 
-async def load_repo_config(gh: GitHubClient, store: Store, repo: str, ref: str) -> RepoConfig:
+async def load_repo_config(gh: GitHubClient, store: Store, repo: str, ref: str) -> RepoFile:
     """Return the repository's `.github/baton.yml` at ref; the defaults when there is none.
 
     Validated once per version of the file (its blob sha); raises InvalidRepoConfig.
-    The repository's queue label is remembered for the web process, which routes
-    `labeled` events without calling GitHub.
+    Whether this deployment allows what a valid file asks for is the caller's to ask
+    (RepoFile.refused_by). The repository's queue label is remembered for the web
+    process, which routes `labeled` events without calling GitHub.
     """
-    config = await _read_repo_config(gh, store, repo, ref)
-    store.record_queue_label(repo, config.labels.queue)
-    return config
+    file = await _read_repo_config(gh, store, repo, ref)
+    store.record_queue_label(repo, file.config.labels.queue)
+    return file
 
 
-async def _read_repo_config(gh: GitHubClient, store: Store, repo: str, ref: str) -> RepoConfig:
+async def _read_repo_config(gh: GitHubClient, store: Store, repo: str, ref: str) -> RepoFile:
     url_vars = {"repo": repo, "path": CONFIG_PATH, "ref": ref}
     try:
         entry = await gh.getitem("/repos/{+repo}/contents/{+path}{?ref}", url_vars)
     except BadRequest as exc:
         if exc.status_code == 404:
-            return RepoConfig()
+            return RepoFile()
         raise
     blob_sha = str(entry["sha"])
-    cached = store.cached_repo_config(repo, blob_sha)
-    if cached is not None:
-        return RepoConfig.model_validate_json(cached)
     try:
         text = base64.b64decode(str(entry.get("content", ""))).decode()
-        config = parse_repo_config(text)
     except (binascii.Error, UnicodeDecodeError) as exc:
         problem = ConfigProblem("", f"the file is not UTF-8 text ({exc})")
         raise InvalidRepoConfig(blob_sha, ConfigError([problem])) from exc
+    cached = store.cached_repo_config(repo, blob_sha)
+    if cached is not None:
+        return RepoFile(RepoConfig.model_validate_json(cached), blob_sha, text)
+    try:
+        config = parse_repo_config(text)
     except ConfigError as exc:
         raise InvalidRepoConfig(blob_sha, exc) from exc
     store.cache_repo_config(repo, blob_sha, config.model_dump_json())
-    return config
+    return RepoFile(config, blob_sha, text)

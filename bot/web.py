@@ -28,7 +28,7 @@ from bot.metrics import (
     stored_families,
 )
 from bot.model import utcnow
-from bot.overview import gather_overview
+from bot.overview import deployment_warnings, gather_overview
 from bot.settings import Settings
 from bot.status_page import render_status_page
 from bot.store import IntakeLog, Store
@@ -285,7 +285,12 @@ async def status_page(request: web.Request) -> web.Response:
     try:
         # The store speaks synchronous redis-py: read it off the event loop.
         overview = await asyncio.to_thread(
-            gather_overview, ctx.store, ctx.dispatch, now, STATUS_RUNS
+            gather_overview,
+            ctx.store,
+            ctx.dispatch,
+            now,
+            STATUS_RUNS,
+            deployment_warnings(ctx.settings),
         )
     except redis.RedisError as exc:
         log.error("status page: Redis unavailable: %s", exc)

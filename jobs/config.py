@@ -24,10 +24,10 @@ async def _read(installation_id: int, repo: str, sha: str) -> str:
     async with github_app(ctx.settings, ctx.store) as app:
         gh = await app.for_installation(installation_id)
         try:
-            config = await load_repo_config(gh, ctx.store, repo, sha)
+            file = await load_repo_config(gh, ctx.store, repo, sha)
         except InvalidRepoConfig as exc:
             # Explained on the issue when one is queued: nobody to tell here.
             log.warning("%s: %s at %s is invalid: %s", repo, CONFIG_PATH, sha[:12], exc)
             return "invalid"
-    log.info("%s: queue label %s", repo, config.labels.queue or ctx.settings.queue_label)
+    log.info("%s: queue label %s", repo, file.config.labels.queue or ctx.settings.queue_label)
     return "read"

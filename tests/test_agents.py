@@ -33,6 +33,7 @@ def request_for(tmp_path: Path, seconds: float = 30, **kwargs: object) -> AgentR
     worktree.mkdir(exist_ok=True)
     brief = tmp_path / "brief.md"
     brief.write_text("# Issue octo/widgets#3: do the thing\n")
+    (tmp_path / "run" / "io").mkdir(parents=True, exist_ok=True)  # made by the runner
     return AgentRequest(
         run_id="octo/widgets#3/1",
         issue_number=3,

@@ -92,6 +92,15 @@ def test_status_lists_queues_and_says_when_there_are_no_runs(redis_url: str) -> 
     assert "no runs yet" in result.stdout
 
 
+def test_status_warns_when_agents_run_without_a_sandbox(redis_url: str) -> None:
+    result = baton("status", REDIS_URL=redis_url, BATON_AGENT_SANDBOX="off")
+    assert result.returncode == 0, result.stderr
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("warning: Agents run without a sandbox (BATON_AGENT_SANDBOX=off)")
+    sandboxed = baton("status", REDIS_URL=redis_url)
+    assert "warning:" not in sandboxed.stdout and "sandbox" not in sandboxed.stdout
+
+
 def test_status_shows_halted_and_waiting_issues_with_their_times(
     redis_url: str, store: Store
 ) -> None:

@@ -15,8 +15,11 @@ from bot.config import (
     ConfigProblem,
     LabelsConfig,
     RepoConfig,
+    RepoFile,
     apply_repo_config,
+    check_repo_limits,
     config_reference,
+    key_lines,
     parse_repo_config,
 )
 from bot.model import Labels
@@ -308,7 +311,7 @@ def test_the_docs_are_the_generated_reference() -> None:
 
 
 def deployment(**env: str) -> Settings:
-    return Settings(BATON_AGENT="claude", BATON_AGENT_WALL_CLOCK_MINUTES="60", **env)
+    return Settings(**{"BATON_AGENT": "claude", "BATON_AGENT_WALL_CLOCK_MINUTES": "60", **env})
 
 
 def test_a_repository_without_a_file_runs_under_the_deployments_settings() -> None:
@@ -339,12 +342,176 @@ def test_required_checks_and_run_slots_come_from_the_file_or_the_deployment() ->
     assert apply_repo_config(deployed, RepoConfig()).max_concurrent_runs_per_repo == 4
 
 
-@pytest.mark.parametrize(("minutes", "applied"), [(20.0, 20.0), (600.0, 60.0)])
-def test_the_wall_clock_can_be_shortened_but_never_lengthened(
-    minutes: float, applied: float
+# Every key that can only lower a limit: the key, its variable, the deployment's value
+# in these tests, and the setting the key lowers.
+CAPPED = [
+    ("max_attempts", "BATON_MAX_ATTEMPTS", 3, "max_attempts"),
+    ("max_continuations", "BATON_MAX_CONTINUATIONS", 3, "max_continuations"),
+    ("max_resume_reentries", "BATON_MAX_RESUME_REENTRIES", 2, "max_resume_reentries"),
+    ("max_cost_usd", "BATON_MAX_COST_USD", 10, "max_cost_usd"),
+    (
+        "max_concurrent_runs",
+        "BATON_MAX_CONCURRENT_RUNS_PER_REPO",
+        4,
+        "max_concurrent_runs_per_repo",
+    ),
+    ("wall_clock_minutes", "BATON_AGENT_WALL_CLOCK_MINUTES", 60, "agent_wall_clock_minutes"),
+    ("agent.max_turns", "BATON_AGENT_MAX_TURNS", 40, "agent_max_turns"),
+]
+
+
+FLOAT_KEYS = {"max_cost_usd", "wall_clock_minutes"}
+
+
+def file_setting(key: str, value: int) -> RepoConfig:
+    """Return the configuration of a file that sets only the dotted key, to a number."""
+    number = float(value) if key in FLOAT_KEYS else value  # the file's values are strict
+    if key.startswith("agent."):
+        return RepoConfig.model_validate({"agent": {key.removeprefix("agent."): number}})
+    return RepoConfig.model_validate({key: number})
+
+
+@pytest.mark.parametrize(("key", "variable", "limit", "setting"), CAPPED)
+@pytest.mark.parametrize("asked", ["lower", "equal"])
+def test_a_file_may_lower_a_limit_or_repeat_it(
+    key: str, variable: str, limit: int, setting: str, asked: str
 ) -> None:
-    config = RepoConfig(wall_clock_minutes=minutes)
-    assert apply_repo_config(deployment(), config).agent_wall_clock_minutes == applied
+    settings = deployment(**{variable: str(limit)})
+    value = limit - 1 if asked == "lower" else limit
+    config = file_setting(key, value)
+    assert check_repo_limits(settings, config) == []
+    assert getattr(apply_repo_config(settings, config), setting) == value
+
+
+@pytest.mark.parametrize(("key", "variable", "limit", "setting"), CAPPED)
+def test_a_file_raising_a_limit_is_refused_and_the_limit_kept(
+    key: str, variable: str, limit: int, setting: str
+) -> None:
+    settings = deployment(**{variable: str(limit)})
+    asked = limit * 10
+    config = file_setting(key, asked)
+    assert check_repo_limits(settings, config) == [
+        ConfigProblem(
+            key, f"asks for {asked}, above this deployment's limit of {limit} (`{variable}`)"
+        )
+    ]
+    assert getattr(apply_repo_config(settings, config), setting) == limit
+
+
+@pytest.mark.parametrize(
+    ("key", "setting"),
+    [
+        ("max_cost_usd", "max_cost_usd"),
+        ("max_concurrent_runs", "max_concurrent_runs_per_repo"),
+        ("agent.max_turns", "agent_max_turns"),
+    ],
+)
+def test_any_value_lowers_a_limit_the_deployment_leaves_unset(key: str, setting: str) -> None:
+    settings = deployment()
+    assert getattr(settings, setting) is None
+    config = file_setting(key, 1000)
+    assert check_repo_limits(settings, config) == []
+    assert getattr(apply_repo_config(settings, config), setting) == 1000
+
+
+def test_a_fractional_limit_is_named_as_written() -> None:
+    settings = deployment(BATON_MAX_COST_USD="2.5")
+    (problem,) = check_repo_limits(settings, RepoConfig(max_cost_usd=7.25))
+    assert problem.problem == (
+        "asks for 7.25, above this deployment's limit of 2.5 (`BATON_MAX_COST_USD`)"
+    )
+
+
+COMMANDS = [
+    ("agent.adapter", RepoConfig(agent=AgentConfig(adapter="command"))),
+    ("agent.command", RepoConfig(agent=AgentConfig(command="my-agent --fast"))),
+    ("setup", RepoConfig(setup=["npm ci"])),
+]
+
+
+@pytest.mark.parametrize(("key", "config"), COMMANDS)
+def test_repository_commands_are_refused_unless_the_deployment_allows_them(
+    key: str, config: RepoConfig
+) -> None:
+    refused = deployment()  # a claude deployment; commands off by default
+    assert check_repo_limits(refused, config) == [
+        ConfigProblem(
+            key, "repository commands are off on this deployment (`BATON_ALLOW_REPO_COMMANDS`)"
+        )
+    ]
+    applied = apply_repo_config(refused, config)
+    assert (applied.agent, applied.agent_command) == ("claude", None)
+    assert applied.policy.account == "claude"
+    allowed = deployment(BATON_ALLOW_REPO_COMMANDS="true")
+    assert check_repo_limits(allowed, config) == []
+
+
+def test_allowed_repository_commands_are_applied() -> None:
+    allowed = deployment(BATON_ALLOW_REPO_COMMANDS="true")
+    config = RepoConfig(agent=AgentConfig(adapter="command", command="my-agent --fast"))
+    applied = apply_repo_config(allowed, config)
+    assert (applied.agent, applied.agent_command) == ("command", "my-agent --fast")
+    assert applied.policy.account == "command"
+
+
+def test_a_file_may_name_the_commands_the_deployment_runs_already() -> None:
+    settings = Settings(BATON_AGENT="command", BATON_AGENT_COMMAND="ops-agent")
+    config = RepoConfig(agent=AgentConfig(adapter="command", command="ops-agent"), setup=[])
+    assert check_repo_limits(settings, config) == []
+    assert apply_repo_config(settings, config) == settings
+
+
+def test_a_refused_file_still_names_its_labels() -> None:
+    config = parse_repo_config("max_attempts: 9\nlabels:\n  queue: agent:go\n")
+    applied = apply_repo_config(deployment(), config)
+    assert (applied.max_attempts, applied.queue_label) == (3, "agent:go")
+
+
+REFUSED = """\
+labels:
+  queue: agent:go
+agent:
+  model: opus
+  max_turns: 500
+max_attempts: 10
+setup:
+  - npm ci
+"""
+
+
+def test_a_refused_file_names_each_key_at_its_line() -> None:
+    settings = deployment(BATON_AGENT_MAX_TURNS="100")
+    file = RepoFile(parse_repo_config(REFUSED), "blob-1", REFUSED)
+    refused = file.refused_by(settings)
+    assert refused is not None and refused.blob_sha == "blob-1"
+    assert [problem.within_file for problem in refused.error.problems] == [
+        "line 5: `agent.max_turns`: asks for 500, above this deployment's limit of 100 "
+        "(`BATON_AGENT_MAX_TURNS`)",
+        "line 6: `max_attempts`: asks for 10, above this deployment's limit of 3 "
+        "(`BATON_MAX_ATTEMPTS`)",
+        "line 7: `setup`: repository commands are off on this deployment "
+        "(`BATON_ALLOW_REPO_COMMANDS`)",
+    ]
+    allowing = {"BATON_AGENT_MAX_TURNS": "500", "BATON_MAX_ATTEMPTS": "10"}
+    assert file.refused_by(deployment(**allowing, BATON_ALLOW_REPO_COMMANDS="true")) is None
+
+
+def test_a_repository_without_a_file_is_never_refused() -> None:
+    assert RepoFile().refused_by(deployment(BATON_MAX_ATTEMPTS="1")) is None
+
+
+def test_key_lines_gives_each_dotted_key_its_line() -> None:
+    assert key_lines(REFUSED) == {
+        "labels": 1,
+        "labels.queue": 2,
+        "agent": 3,
+        "agent.model": 4,
+        "agent.max_turns": 5,
+        "max_attempts": 6,
+        "setup": 7,
+    }
+    assert key_lines("") == {}
+    assert key_lines("a: [\n") == {}
 
 
 @pytest.mark.parametrize(

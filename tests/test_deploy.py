@@ -135,3 +135,15 @@ def test_docker_data_dir_is_on_its_volume_and_matches_fly() -> None:
         for volume in volumes
     ), f"BATON_DATA_DIR={data_dir} is on none of the image's volumes {volumes}"
     assert data_dir == fly()["env"]["BATON_DATA_DIR"]
+
+
+def test_the_image_and_ci_install_bubblewrap_for_the_agents_sandbox() -> None:
+    installs = [
+        shlex.split(arguments)
+        for keyword, arguments in dockerfile()
+        if keyword == "RUN" and "apt-get install" in arguments
+    ]
+    assert any({"git", "bubblewrap"} <= set(words) for words in installs), installs
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)" in ci
+    assert 'apt-get install -y -qq "${missing[@]}"' in ci

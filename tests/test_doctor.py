@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -21,14 +24,20 @@ from bot.doctor import (
     judge_disk,
     judge_git,
     judge_persistence,
+    judge_redis_exposure,
+    judge_sandbox,
+    judge_sandbox_probe,
     judge_webhook_secret,
     missing_permissions,
     ok,
+    probe_marks,
+    probe_spec,
     redacted_url,
     render,
     warn,
 )
 from bot.sandbox.maintainer import Maintainer
+from bot.settings import Settings
 
 # ---------------------------------------------------------------- judgements
 
@@ -80,6 +89,103 @@ def test_missing_permissions_compare_levels() -> None:
 def test_redis_passwords_are_never_shown() -> None:
     assert redacted_url("redis://:hunter2@cache:6380/1") == "redis://:***@cache:6380/1"
     assert redacted_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+
+
+@pytest.mark.parametrize(
+    ("url", "status"),
+    [
+        ("rediss://:hunter2@cache.example:6380/0", "ok"),
+        ("redis://:hunter2@10.0.0.5:6379/0", "ok"),
+        ("redis://baton:hunter2@10.0.0.5:6379/0", "ok"),
+        ("redis://10.0.0.5:6379/0?password=hunter2", "ok"),
+        ("redis://10.0.0.5:6379/0", "FAIL"),
+        ("rediss://cache.example:6380/0", "FAIL"),  # TLS alone lets anyone who connects write
+        ("redis://baton@10.0.0.5:6379/0", "FAIL"),  # a user name is no password
+        ("redis://localhost:6379/0", "ok"),
+        ("redis://127.0.0.1:6379/0", "ok"),
+        ("redis://127.3.2.1/0", "ok"),
+        ("redis://[::1]:6379/0", "ok"),
+        ("unix:///run/redis/redis.sock?db=0", "ok"),
+    ],
+)
+def test_redis_without_a_password_must_be_on_loopback(url: str, status: str) -> None:
+    found = judge_redis_exposure(url)
+    assert (found.check, found.status) == ("redis exposure", status), found
+    assert "hunter2" not in found.detail
+    if status == "FAIL":
+        assert "no password" in found.detail and "RQ's job payloads" in found.detail
+        assert "run code on the workers" in found.detail
+
+
+def test_the_sandbox_is_judged_off_broken_or_working() -> None:
+    off = judge_sandbox("off", None)
+    assert off.status == "warn" and "uncontained" in off.detail
+    for reach in ("files", "environment", "network", "loopback services such as Redis"):
+        assert reach in off.detail
+    broken = judge_sandbox("bwrap", "bwrap is not installed: install bubblewrap")
+    assert broken == fail("sandbox", "bwrap is not installed: install bubblewrap")
+    working = judge_sandbox("bwrap", None, "none")
+    assert working.status == "ok" and "BATON_AGENT_NETWORK=none" in working.detail
+
+
+def probe_output(**reached: list[str]) -> str:
+    return json.dumps({"files": [], "redis": [], "environ": [], **reached}) + "\n"
+
+
+def test_the_probe_holds_only_when_nothing_was_reached() -> None:
+    held = judge_sandbox_probe(probe_output(), 0, "")
+    assert held == ok(
+        "sandbox probe",
+        "the agent's sandbox holds: key file, Redis and the worker's environment are out of reach",
+    )
+    key = judge_sandbox_probe(probe_output(files=["/srv/baton/key.pem"]), 0, "")
+    assert key.status == "FAIL" and "the file /srv/baton/key.pem" in key.detail
+    redis_ = judge_sandbox_probe(
+        probe_output(redis=["127.0.0.1:6379 through the agent's proxy"]), 0, ""
+    )
+    assert redis_.status == "FAIL"
+    assert "Redis at 127.0.0.1:6379 through the agent's proxy" in redis_.detail
+    assert "BATON_AGENT_ALLOWED_HOSTS" in redis_.detail
+    everything = judge_sandbox_probe(
+        probe_output(
+            files=["/srv/.env"], redis=["10.0.0.5:6379 directly"], environ=["/proc/1/environ"]
+        ),
+        0,
+        "",
+    )
+    assert everything.status == "FAIL"
+    for named in ("the file /srv/.env", "Redis at 10.0.0.5:6379", "in /proc/1/environ"):
+        assert named in everything.detail
+
+
+def test_a_probe_that_said_nothing_or_hung_fails() -> None:
+    refused = judge_sandbox_probe("", 1, "bwrap: Creating new namespace failed: nope\n")
+    assert refused.status == "FAIL" and "Creating new namespace failed: nope" in refused.detail
+    assert judge_sandbox_probe("not json\n", 0, "").status == "FAIL"
+    assert judge_sandbox_probe('{"files": []}\n', 0, "").status == "FAIL"  # half a report
+    hung = judge_sandbox_probe("", None, "")
+    assert hung.status == "FAIL" and "did not finish" in hung.detail
+
+
+def test_the_probe_tries_the_key_file_or_the_env_file(tmp_path: Path) -> None:
+    secret = "x" * 40
+    by_path = Settings(
+        GITHUB_PRIVATE_KEY_PATH=tmp_path / "key.pem",
+        GITHUB_WEBHOOK_SECRET=secret,
+        REDIS_URL="redis://:pw@10.0.0.5:6380/1",
+    )
+    spec = probe_spec(by_path, 4242, tmp_path / ".env")
+    assert spec == {
+        "files": [str(tmp_path / "key.pem"), str(tmp_path / ".env")],
+        "redis": {"host": "10.0.0.5", "port": 6380},
+        "pids": [4242, 1],
+    }
+    assert secret not in json.dumps(spec) and "pw" not in json.dumps(spec)  # argv is public
+    assert secret in probe_marks(by_path) and "REDIS_URL=" in probe_marks(by_path)
+    inline = Settings(GITHUB_PRIVATE_KEY="pem", REDIS_URL="unix:///run/redis.sock")
+    spec = probe_spec(inline, 4242, tmp_path / ".env")
+    assert spec["files"] == [str(tmp_path / ".env")]
+    assert spec["redis"] == {"unix": "/run/redis.sock"}
 
 
 def test_one_line_per_check_and_any_failure_fails() -> None:
@@ -153,19 +259,29 @@ async def test_a_good_setup_is_all_ok(deployment: dict[str, str], tmp_path: Path
     code, lines = await doctor(deployment, tmp_path)
     assert code == 0, lines
     assert [line.split()[0] for line in lines] == ["ok"] * len(lines), lines
-    checks = [line.split()[1].rstrip(":") for line in lines]
+    checks = [line.split(":")[0].split(None, 1)[1] for line in lines]
     assert checks == [
         "settings",
         "redis",
-        "redis",
+        "redis persistence",
+        "redis exposure",
         "git",
         "app",
         "installation",
-        "webhook",
+        "webhook secret",
         "agent",
+        "sandbox",
+        "sandbox probe",
         "disk",
     ]
     assert "installation 1 on maintainer" in line_of(lines, "installation")
+    assert line_of(lines, "sandbox") == (
+        "ok   sandbox: bubblewrap contains the agent (BATON_AGENT_NETWORK=allowlist)"
+    )
+    assert line_of(lines, "sandbox probe") == (
+        "ok   sandbox probe: the agent's sandbox holds: key file, Redis and the worker's "
+        "environment are out of reach"
+    )
     assert deployment["GITHUB_WEBHOOK_SECRET"] not in "\n".join(lines)
 
 
@@ -222,3 +338,45 @@ async def test_missing_settings_are_each_named(tmp_path: Path) -> None:
     settings = line_of(lines, "settings")
     assert "GITHUB_APP_ID must be set" in settings
     assert "GITHUB_PRIVATE_KEY or GITHUB_PRIVATE_KEY_PATH must be set" in settings
+
+
+async def test_a_redis_the_agent_may_reach_fails_the_probe(
+    deployment: dict[str, str], tmp_path: Path
+) -> None:
+    redis_at = urlsplit(deployment["REDIS_URL"]).netloc
+    code, lines = await doctor({**deployment, "BATON_AGENT_ALLOWED_HOSTS": redis_at}, tmp_path)
+    assert code == 1
+    assert line_of(lines, "sandbox").startswith("ok")
+    probe = line_of(lines, "sandbox probe")
+    assert probe.startswith("FAIL sandbox probe: inside the sandbox the agent reached ")
+    assert f"Redis at {redis_at} through the agent's proxy" in probe
+    assert "the file" not in probe and "environment in" not in probe  # those stayed hidden
+
+
+async def test_a_worker_without_bwrap_fails_the_sandbox(
+    deployment: dict[str, str], tmp_path: Path
+) -> None:
+    tools = tmp_path / "bin"  # a PATH with what the doctor runs, and no bwrap
+    tools.mkdir()
+    for tool in ("git", "true"):
+        found = shutil.which(tool)
+        assert found is not None
+        (tools / tool).symlink_to(found)
+    code, lines = await doctor({**deployment, "PATH": str(tools)}, tmp_path)
+    assert code == 1
+    assert line_of(lines, "git").startswith("ok")
+    sandbox = line_of(lines, "sandbox")
+    assert sandbox.startswith("FAIL sandbox: bwrap is not installed: install bubblewrap")
+    assert "BATON_AGENT_SANDBOX=off" in sandbox
+    assert not [line for line in lines if "sandbox probe" in line]  # nothing to probe
+
+
+async def test_a_sandbox_turned_off_is_a_warning(
+    deployment: dict[str, str], tmp_path: Path
+) -> None:
+    code, lines = await doctor({**deployment, "BATON_AGENT_SANDBOX": "off"}, tmp_path)
+    assert code == 0, lines
+    sandbox = line_of(lines, "sandbox")
+    assert sandbox.startswith("warn sandbox: BATON_AGENT_SANDBOX=off: agents run uncontained")
+    assert "loopback services such as Redis" in sandbox
+    assert not [line for line in lines if "sandbox probe" in line]

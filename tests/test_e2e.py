@@ -754,7 +754,7 @@ async def test_an_invalid_repository_file_is_explained_once_and_starts_nothing(
 async def test_the_repositorys_cost_cap_stops_further_attempts(
     stack: LocalBaton, maintainer: Maintainer, store: Store
 ) -> None:
-    files = {**PROJECT, ".github/baton.yml": "max_cost_usd: 2.5\nmax_attempts: 5\n"}
+    files = {**PROJECT, ".github/baton.yml": "max_cost_usd: 2.5\n"}
     repo = await new_repo(maintainer, stack, files)
     number = await queued_issue(maintainer, repo, "Expensive", "agent: fail-costing 1.5")
     escalation = await eventually(
@@ -766,7 +766,7 @@ async def test_the_repositorys_cost_cap_stops_further_attempts(
     assert "| agent cost | $3.00 | $2.50 |" in escalation["body"]
     runs = store.runs(IssueRef(installation_id=1, repo=repo, number=number))
     assert [run.attempt for run in runs] == [1, 2]
-    assert all(run.policy is not None and run.policy.limits.max_attempts == 5 for run in runs)
+    assert all(run.policy is not None and run.policy.limits.max_cost_usd == 2.5 for run in runs)
 
 
 async def test_a_halt_survives_stopping_every_process_and_redis(tmp_path: Path) -> None:

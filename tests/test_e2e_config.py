@@ -1,29 +1,48 @@
-"""A repository's `.github/baton.yml` at work: setup commands, required checks, run slots."""
+"""A repository's `.github/baton.yml` at work: setup commands, required checks, run slots,
+and the deployment's limits it cannot raise."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+
+import pytest
+import redis
 
 from bot.devstack import LocalBaton
 from bot.model import RunState
 from bot.sandbox.maintainer import Maintainer, eventually
 from bot.store import Store
 from bot.web import QUEUE_LABELS_REFRESH_S
-from tests.test_e2e import (  # the module's own stack, started and stopped with it
+from tests.conftest import RedisServer
+from tests.test_e2e import (  # maintainer and store act on this module's own stack
     GREETING_FIX,
     PROJECT,
     _comment_saying,
     _labels_are,
+    baton_comments,
     latest_run,
     maintainer,
     new_repo,
     queued_issue,
     run_state,
-    stack,
+    started,
     store,
 )
 
-__all__ = ["maintainer", "stack", "store"]  # fixtures this module uses
+__all__ = ["maintainer", "store"]  # fixtures this module uses
+
+
+@pytest.fixture(scope="module")
+def stack(
+    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalBaton]:
+    # Its own Redis database; a deployment that runs a repository's own setup commands.
+    url = redis_server.url.rsplit("/", 1)[0] + "/4"
+    redis.Redis.from_url(url).flushdb()
+    baton = started(url, tmp_path_factory.mktemp("config"), BATON_ALLOW_REPO_COMMANDS="true")
+    yield baton
+    baton.stop()
 
 
 async def test_setup_commands_prepare_the_worktree_before_the_agent(
@@ -140,3 +159,32 @@ async def test_a_repository_names_its_own_labels(
     )
     assert latest_run(store, repo, int(ignored["number"])) is None
     assert await maintainer.labels(repo, int(ignored["number"])) == {"baton:queue"}
+
+
+async def test_a_file_raising_a_limit_is_explained_once_and_starts_nothing(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    # The deployment allows 3 failed attempts (BATON_MAX_ATTEMPTS left at its default).
+    config = "max_continuations: 1\nmax_attempts: 10\n"
+    repo = await new_repo(maintainer, stack, {**PROJECT, ".github/baton.yml": config})
+    number = await queued_issue(maintainer, repo, "Never starts", GREETING_FIX)
+    comment = await eventually(
+        lambda: _comment_saying(maintainer, repo, number, "is not valid"), "the config comment"
+    )
+    assert (
+        "- line 2: `max_attempts`: asks for 10, above this deployment's limit of 3 "
+        "(`BATON_MAX_ATTEMPTS`)" in comment["body"]
+    )
+    assert "max_continuations" not in comment["body"]
+    await eventually(
+        lambda: _labels_are(maintainer, repo, number, {"baton:escalated"}), "the escalated label"
+    )
+    assert latest_run(store, repo, number) is None
+    # Queued again with the file unchanged: refused again, with no second comment.
+    await maintainer.remove_label(repo, number, "baton:escalated")
+    await maintainer.add_label(repo, number, "baton:queue")
+    await eventually(
+        lambda: _labels_are(maintainer, repo, number, {"baton:escalated"}), "the second refusal"
+    )
+    assert latest_run(store, repo, number) is None
+    assert len(await baton_comments(maintainer, repo, number)) == 1

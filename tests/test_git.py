@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from bot.dispatch import Dispatcher
 from bot.git import Git, GitError, Identity, Workspace, auth_header
+from bot.jail import jails_for
 from bot.model import IssueRef, Run, RunState, utcnow
 from bot.recovery import Services
 from bot.runner import remove_finished_worktrees
@@ -43,7 +45,14 @@ def origin(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Workspace:
-    return Workspace(Git(Identity("Baton", "baton@example.invalid")), tmp_path / "data")
+    jails = jails_for(Settings(BATON_DATA_DIR=tmp_path / "data"))
+    return Workspace(Git(Identity("Baton", "baton@example.invalid")), tmp_path / "data", jails)
+
+
+async def commit_leftovers(workspace: Workspace, number: int, start: str, message: str) -> str:
+    """Commit what the checkout holds, as Baton does after its agent, and collect it."""
+    io_dir = workspace.data_dir / "io" / str(number)
+    return await workspace.collect("octo/app", number, start, io_dir, leftovers=message)
 
 
 async def test_worktree_from_mirror_commit_and_push(workspace: Workspace, origin: Path) -> None:
@@ -55,13 +64,14 @@ async def test_worktree_from_mirror_commit_and_push(workspace: Workspace, origin
 
     tree = await workspace.provision("octo/app", 1, "baton/issue-1", base)
     assert tree == workspace.worktree_path("octo/app", 1)
-    assert await workspace.commit_leftovers(tree, "nothing") is False
+    assert await commit_leftovers(workspace, 1, base, "nothing") == base
     (tree / "app.py").write_text("print('fixed')\n")
-    assert await workspace.commit_leftovers(tree, "Fix #1") is True
-    assert await workspace.has_diff(tree, base)
-    assert await workspace.commits_since(tree, base) == 1
-    await workspace.push(tree, url, "baton/issue-1", TOKEN, expected=None)
-    assert sh(origin, "rev-parse", "baton/issue-1") == await workspace.rev_parse(tree, "HEAD")
+    head = await commit_leftovers(workspace, 1, base, "Fix #1")
+    assert head != base
+    assert await workspace.has_diff("octo/app", base, head)
+    assert await workspace.commits_since("octo/app", base, head) == 1
+    await workspace.push("octo/app", url, "baton/issue-1", head, TOKEN, expected=None)
+    assert sh(origin, "rev-parse", "baton/issue-1") == head == sh(tree, "rev-parse", "HEAD")
     assert sh(origin, "log", "-1", "--format=%an <%ae>", "baton/issue-1") == (
         "Baton <baton@example.invalid>"
     )
@@ -76,8 +86,8 @@ async def test_a_new_attempt_reprovisions_and_replaces_only_what_it_saw(
     base = await workspace.rev_parse(mirror, "refs/remotes/origin/main")
     tree = await workspace.provision("octo/app", 1, "baton/issue-1", base)
     (tree / "a.txt").write_text("one\n")
-    await workspace.commit_leftovers(tree, "attempt 1")
-    await workspace.push(tree, url, "baton/issue-1", TOKEN, expected=None)
+    head = await commit_leftovers(workspace, 1, base, "attempt 1")
+    await workspace.push("octo/app", url, "baton/issue-1", head, TOKEN, expected=None)
 
     await workspace.refresh_mirror("octo/app", url, TOKEN)
     seen = await workspace.remote_branch("octo/app", "baton/issue-1")
@@ -85,7 +95,7 @@ async def test_a_new_attempt_reprovisions_and_replaces_only_what_it_saw(
     tree = await workspace.provision("octo/app", 1, "baton/issue-1", base)
     assert not (tree / "a.txt").exists(), "a fresh attempt starts from the base"
     (tree / "b.txt").write_text("two\n")
-    await workspace.commit_leftovers(tree, "attempt 2")
+    head = await commit_leftovers(workspace, 1, base, "attempt 2")
 
     # Someone pushes to the branch after Baton fetched it: the lease refuses to overwrite.
     human = tmp_path / "human"
@@ -97,7 +107,7 @@ async def test_a_new_attempt_reprovisions_and_replaces_only_what_it_saw(
     sh(human, "commit", "-q", "-m", "human fixup")
     sh(human, "push", "-q", "origin", "baton/issue-1")
     with pytest.raises(GitError):
-        await workspace.push(tree, url, "baton/issue-1", TOKEN, expected=seen)
+        await workspace.push("octo/app", url, "baton/issue-1", head, TOKEN, expected=seen)
     assert sh(origin, "log", "-1", "--format=%s", "baton/issue-1") == "human fixup"
 
 
@@ -107,7 +117,27 @@ async def test_errors_mask_the_token(workspace: Workspace, tmp_path: Path) -> No
     message = str(failure.value)
     assert TOKEN not in message
     assert auth_header(TOKEN).split()[-1] not in message
-    assert "***" in message
+
+
+async def test_the_token_is_in_no_argv_only_in_gits_environment(
+    workspace: Workspace, origin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A git on PATH that records how it was started, then runs the real one.
+    real_git = subprocess.run(["which", "git"], capture_output=True, text=True).stdout.strip()
+    recorder = tmp_path / "bin"
+    recorder.mkdir()
+    log = tmp_path / "git-calls.log"
+    (recorder / "git").write_text(
+        f'#!/bin/sh\nprintf "%s\\n" "$*" >> {log}\nenv >> {log}\nexec {real_git} "$@"\n'
+    )
+    (recorder / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{recorder}:{os.environ['PATH']}")
+    await workspace.refresh_mirror("octo/app", str(origin), TOKEN)
+    calls = log.read_text()
+    header = auth_header(TOKEN)
+    assert f"GIT_CONFIG_VALUE_0={header}" in calls
+    argv_lines = [line for line in calls.splitlines() if line.startswith("-C ")]
+    assert argv_lines and not any(TOKEN in line or header in line for line in argv_lines)
 
 
 async def test_remove_deletes_the_worktree(workspace: Workspace, origin: Path) -> None:

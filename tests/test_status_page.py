@@ -14,6 +14,7 @@ from bot.chains import LinkStatus
 from bot.dispatch import Dispatcher
 from bot.model import Chain, IssueRef, Run, RunState
 from bot.overview import (
+    SANDBOX_OFF_WARNING,
     ChainSummary,
     HeldIssue,
     LinkSummary,
@@ -21,6 +22,7 @@ from bot.overview import (
     RepoSummary,
     RunSummary,
     TimedIssue,
+    deployment_warnings,
     gather_overview,
 )
 from bot.settings import Settings
@@ -194,6 +196,25 @@ def test_an_empty_page_says_so_in_each_section() -> None:
     assert "<table>" not in page
 
 
+def test_a_deployment_warning_stands_above_everything() -> None:
+    overview = Overview(
+        taken_at=NOW, queues=QUEUES, workers=0, marks={}, warnings=[SANDBOX_OFF_WARNING]
+    )
+    page = render_status_page(overview, NOW)
+    alert = '<p class="alert warn" role="alert">Agents run without a sandbox'
+    assert alert in page and page.index(alert) < page.index('<div class="cards">')
+    assert "(BATON_AGENT_SANDBOX=off)" in page
+    assert 'role="alert"' not in render_status_page(busy_overview(), NOW)
+
+
+def test_the_warnings_come_from_the_process_settings(settings: Settings) -> None:
+    assert deployment_warnings(settings) == []  # the sandbox is on by default
+    off = settings.model_copy(update={"agent_sandbox": "off"})
+    [warning] = deployment_warnings(off)
+    assert warning.startswith("Agents run without a sandbox (BATON_AGENT_SANDBOX=off)")
+    assert "loopback services such as Redis" in warning
+
+
 # --- The terminal ---------------------------------------------------------------------------------
 
 
@@ -220,6 +241,13 @@ def test_text_lists_the_same_facts_line_by_line() -> None:
     ]:
         assert line in lines
     assert not any(line.startswith("octo/gadgets: 0 live") for line in lines)  # no runs there
+
+
+def test_text_warns_first() -> None:
+    overview = busy_overview().model_copy(update={"warnings": [SANDBOX_OFF_WARNING]})
+    lines = render_status_text(overview, NOW).splitlines()
+    assert lines[0] == f"warning: {SANDBOX_OFF_WARNING}"
+    assert lines[1] == "queues: baton-events 0, baton-maintenance 1, baton-agents 3"
 
 
 def test_text_says_when_there_are_no_runs() -> None:
@@ -373,3 +401,17 @@ async def test_a_bearer_token_opens_the_page_with_what_redis_holds(
     assert response.status == 200
     live = section(await response.text(), "live")
     assert "octo/widgets#3" in live and ">running<" in live
+
+
+async def test_the_page_warns_when_this_deployment_runs_agents_unsandboxed(
+    aiohttp_client: Any, operator_settings: Settings, store: Store, dispatch: Dispatcher
+) -> None:
+    bearer = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+    sandboxed = await client_for(aiohttp_client, operator_settings, store, dispatch)
+    assert "without a sandbox" not in await (await sandboxed.get("/status", headers=bearer)).text()
+    off = operator_settings.model_copy(update={"agent_sandbox": "off"})
+    client = await client_for(aiohttp_client, off, store, dispatch)
+    response = await client.get("/status", headers=bearer)
+    assert response.status == 200
+    text = shown_text(await response.text())
+    assert "Agents run without a sandbox (BATON_AGENT_SANDBOX=off)" in text

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import shlex
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from bot.agents.aider import AiderAdapter
@@ -10,9 +15,27 @@ from bot.agents.base import Adapter, AgentConfigError, AgentRequest
 from bot.agents.claude import ClaudeAdapter
 from bot.agents.codex import CodexAdapter
 from bot.agents.command import CommandAdapter
+from bot.agents.egress import (
+    Egress,
+    EgressPolicy,
+    parse_host_port,
+    provider_hosts,
+    serve_egress,
+)
+from bot.jail import EGRESS_SOCKET_NAME
 from bot.settings import Settings
 
-__all__ = ["Adapter", "AgentConfigError", "AgentRequest", "adapter_for", "build_adapter"]
+__all__ = [
+    "Adapter",
+    "AgentConfigError",
+    "AgentRequest",
+    "adapter_for",
+    "agent_home",
+    "build_adapter",
+    "egress",
+    "egress_policy_for",
+    "programs_of",
+]
 
 _ADAPTERS: dict[str, Callable[..., Adapter]] = {
     "command": CommandAdapter,
@@ -42,3 +65,71 @@ def build_adapter(name: str, **options: Any) -> Adapter:
         return _ADAPTERS[name](**options)
     except TypeError as exc:  # an option this agent does not take, e.g. max_turns for aider
         raise AgentConfigError(f"agent {name!r}: {exc}") from exc
+
+
+def programs_of(settings: Settings, setup_commands: Sequence[str] = ()) -> tuple[str, ...]:
+    """Return the programs the agent's jail must show: the adapter's CLI, or what commands name.
+
+    A command's first word, and any word that is an absolute path to a file (a script
+    the interpreter runs), are made visible read-only; the rest of the host is not.
+    """
+    if settings.agent != "command":
+        named: list[str] = [settings.agent_binary or settings.agent]
+    else:
+        named = _command_programs(settings.agent_command or "")
+    for command in setup_commands:
+        named += _command_programs(command)
+    return tuple(dict.fromkeys(named))
+
+
+def _command_programs(command: str) -> list[str]:
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return []
+    return words[:1] + [word for word in words[1:] if word.startswith("/") and Path(word).is_file()]
+
+
+def egress_policy_for(settings: Settings) -> EgressPolicy | None:
+    """Return what the agent may reach through Baton's proxy; None when it reaches nothing."""
+    if settings.agent_sandbox == "off" or settings.agent_network == "none":
+        return None
+    allowed = [*provider_hosts(settings.agent, settings.agent_model)]
+    allowed += [parse_host_port(entry) for entry in settings.agent_allowed_hosts]
+    return EgressPolicy(mode=settings.agent_network, allowed=frozenset(allowed))
+
+
+@asynccontextmanager
+async def egress(
+    policy: EgressPolicy | None, run_label: str
+) -> AsyncIterator[tuple[Path | None, Egress | None]]:
+    """Serve the agent's proxy for one run: its socket's directory, and the proxy itself.
+
+    The socket lives in a directory of its own under the system's tmp, which keeps
+    its path short enough for a Unix socket and out of the data directory.
+    """
+    if policy is None:
+        yield None, None
+        return
+    directory = Path(tempfile.mkdtemp(prefix="baton-egress-"))
+    try:
+        async with serve_egress(policy, directory / EGRESS_SOCKET_NAME, run_label) as proxy:
+            yield directory, proxy
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def agent_home(data_dir: Path, repo: str, number: int) -> Path:
+    """Return the issue's own agent home, made from the operator's `agent-home` when new.
+
+    One home per issue: a continuation finds its CLI session again, and nothing one
+    issue's agent leaves in its home reaches another issue's.
+    """
+    home = data_dir / "homes" / repo / f"issue-{number}"
+    if not home.exists():
+        template = data_dir / "agent-home"
+        if template.is_dir():
+            shutil.copytree(template, home, symlinks=True)
+        else:
+            home.mkdir(parents=True)
+    return home

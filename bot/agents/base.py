@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+from bot.jail import Jail
 from bot.model import AgentResult
 
 # Never handed to an agent, whatever an operator lists for pass-through: the
@@ -45,6 +46,7 @@ class AgentRequest:
     passthrough_env: tuple[str, ...] = ()
     extra_env: dict[str, str] = field(default_factory=dict)
     resume_session_id: str | None = None  # continue this CLI session if it exists on this worker
+    jail: Jail | None = None  # where its processes run; None only with BATON_AGENT_SANDBOX=off
 
     @property
     def transcript_path(self) -> Path:
@@ -56,10 +58,21 @@ class AgentRequest:
         """Return where the agent's stderr is captured."""
         return self.run_dir / "stderr.log"
 
+    def contain(self, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        """Return the command line and environment that run argv in the request's jail."""
+        if self.jail is None:
+            return argv, env
+        return self.jail.command(argv), self.jail.environment(env)
+
+    @property
+    def io_dir(self) -> Path:
+        """Return the one directory of the run's that the agent sees: its brief and result."""
+        return self.run_dir / "io"
+
     @property
     def result_path(self) -> Path:
         """Return where an agent may write its own result as JSON."""
-        return self.run_dir / "agent-result.json"
+        return self.io_dir / "agent-result.json"
 
 
 class Adapter(Protocol):

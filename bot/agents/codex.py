@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from dataclasses import replace
 from datetime import datetime, tzinfo
 from pathlib import Path
 
 from bot.agents.base import AgentRequest, agent_environment
+from bot.agents.output import find_file
 from bot.agents.resets import codex_reset
 from bot.agents.stream import (
     Clock,
@@ -119,8 +121,17 @@ def codex_home(request: AgentRequest) -> Path:
 def session_exists(request: AgentRequest) -> bool:
     """Return whether the thread to resume has a rollout file on this worker."""
     thread = safe_session_id(request.resume_session_id)
-    sessions = codex_home(request) / "sessions"
-    return thread is not None and any(sessions.rglob(f"rollout-*{thread}.jsonl"))
+    if thread is None:
+        return False
+    # Codex files rollouts by date (sessions/YYYY/MM/DD/); the agent can write the tree,
+    # so the search follows no symlink and stops at a depth and a count of entries.
+    pattern = f"rollout-*{thread}.jsonl"  # a safe session id holds no glob character
+    found = find_file(
+        codex_home(request) / "sessions",
+        lambda name: fnmatch.fnmatchcase(name, pattern),
+        within=request.home,
+    )
+    return found is not None
 
 
 def turn_key(event: Event) -> str | None:

@@ -8,8 +8,11 @@ import shlex
 from pydantic import ValidationError
 
 from bot.agents.base import AgentConfigError, AgentRequest, agent_environment
+from bot.agents.output import Unreadable, read_capped
 from bot.agents.process import ProcessOutcome, run_process
 from bot.model import AgentResult
+
+RESULT_LIMIT = 1024 * 1024  # the agent's result file: a JSON object, never more than this
 
 
 class CommandAdapter:
@@ -35,10 +38,11 @@ class CommandAdapter:
 
     async def run(self, request: AgentRequest) -> AgentResult:
         """Run the command and report its outcome."""
+        argv, env = request.contain(self.argv, agent_environment(request))
         outcome = await run_process(
-            self.argv,
+            argv,
             cwd=request.worktree,
-            env=agent_environment(request),
+            env=env,
             stdin=request.brief_path,
             transcript=request.transcript_path,
             stderr=request.stderr_path,
@@ -76,15 +80,25 @@ def interpret(outcome: ProcessOutcome, request: AgentRequest) -> AgentResult:
             failure_class="wall-clock-cap",
             result_text="the agent was stopped at its wall-clock cap",
         )
+    # A result file that is not a plain file of a sane size is not the agent's report: it
+    # is set aside unread, said in the evidence, and the exit code decides as if it were
+    # absent (what the agent could claim in it, its exit code claims anyway).
     try:
-        raw = request.result_path.read_text()
-    except FileNotFoundError:
-        raw = None
-    if raw is not None:
+        found = read_capped(request.result_path, RESULT_LIMIT, within=request.run_dir)
+    except Unreadable as exc:
+        found = None
+        facts["evidence"] = [*outcome.tail, f"the result file was not read: {str(exc)[:300]}"]
+    if found is not None and found.cut:
+        found = None
+        facts["evidence"] = [
+            *outcome.tail,
+            f"the result file is over {RESULT_LIMIT} bytes and was not read",
+        ]
+    if found is not None:
         # The agent's own report is authoritative once it validates; a report that
         # does not is kept as evidence and the run fails closed.
         try:
-            return _checked(result(**{**_reported_fields(raw), **facts}))
+            return _checked(result(**{**_reported_fields(found.text()), **facts}))
         except (ValueError, ValidationError) as exc:
             return result(
                 status="failed",

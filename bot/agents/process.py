@@ -1,4 +1,4 @@
-"""Run an agent process: its own process group, captured output, a wall-clock cap."""
+"""Run an agent process: its own process group, capped captured output, a wall-clock cap."""
 
 from __future__ import annotations
 
@@ -7,16 +7,91 @@ import contextlib
 import os
 import signal
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from bot.model import utcnow
 
 KILL_GRACE_S = 10.0
 EVIDENCE_LINES = 20
+EVIDENCE_LINE_CHARS = 2000  # one evidence line: what a person reads, not a whole dump
 MAX_LINE = 4 * 1024 * 1024
+MARKER_ROOM = 128  # what the marker line takes, with room to spare
+STDERR_GRACE_S = 2.0  # after the process exits, how long its stderr may take to close
+
+
+@dataclass(frozen=True)
+class Cap:
+    """How much of one output stream Baton keeps on disk: its head, and a rolling tail."""
+
+    head: int  # the first bytes, written as they come (whole lines only)
+    tail: int  # the last bytes, in whole lines where they fit, written when the stream ends
+
+    @property
+    def on_disk(self) -> int:
+        """Return the most a capture under this cap writes: head, marker line and tail."""
+        return self.head + self.tail + MARKER_ROOM
+
+
+STDOUT_CAP = Cap(head=32 * 1024 * 1024, tail=8 * 1024 * 1024)
+STDERR_CAP = Cap(head=4 * 1024 * 1024, tail=1024 * 1024)
+
+
+def cut_marker(cut: int) -> bytes:
+    """Return the line that stands in a capture for the bytes it did not keep."""
+    return f"[baton: {cut} bytes of output cut here]\n".encode()
+
+
+class Capture:
+    """What of one output stream goes to disk; pure: chunks in, bytes to write out.
+
+    The head is written as it comes, so the file can be watched while the agent
+    runs; once it is full, only the last lines are kept, and on close they are
+    written after one marker line that says how many bytes were cut between.
+    """
+
+    def __init__(self, cap: Cap) -> None:
+        self.cap = cap
+        self.head_bytes = 0
+        self.in_head = True
+        self.ends_line = True  # the head so far ends with a newline (or is empty)
+        self.tail = bytearray()
+        self.cut = 0
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Take the next chunk of the stream; return what to write now."""
+        if self.in_head and self.head_bytes + len(chunk) <= self.cap.head:
+            self.head_bytes += len(chunk)
+            if chunk:
+                self.ends_line = chunk.endswith(b"\n")
+            return chunk
+        self.in_head = False
+        self.tail += chunk
+        if len(self.tail) > 2 * self.cap.tail:
+            self._trim()  # only now and then: many short lines cost no more than a few long ones
+        return b""
+
+    def close(self) -> bytes:
+        """Return what to write once the stream has ended: the marker if any was cut, the tail."""
+        self._trim()
+        tail = bytes(self.tail)
+        self.tail.clear()
+        if not self.cut:
+            return tail
+        return (b"" if self.ends_line else b"\n") + cut_marker(self.cut) + tail
+
+    def _trim(self) -> None:
+        """Keep at most the last cap.tail bytes of the tail, from a line's start where one is."""
+        excess = len(self.tail) - self.cap.tail
+        if excess <= 0:
+            return
+        newline = self.tail.find(b"\n", max(excess - 1, 0))
+        drop = newline + 1 if 0 <= newline < len(self.tail) - 1 else excess
+        del self.tail[:drop]
+        self.cut += drop
 
 
 @dataclass(frozen=True)
@@ -42,87 +117,186 @@ async def run_process(
     stderr: Path,
     deadline: datetime,
     stop_on: Callable[[str], bool] | None = None,
+    stdout_cap: Cap | None = None,
+    stderr_cap: Cap | None = None,
 ) -> ProcessOutcome:
-    """Run argv until it exits, the deadline passes or stop_on flags a stdout line."""
+    """Run argv until it exits, the deadline passes or stop_on flags a stdout line.
+
+    Both output streams are pipes Baton drains into the transcript and stderr files,
+    each kept to its cap (STDOUT_CAP, STDERR_CAP unless given): the child never
+    writes a file itself.
+    """
     started = utcnow()
     transcript.parent.mkdir(parents=True, exist_ok=True)
-    tail: deque[str] = deque(maxlen=EVIDENCE_LINES)
-    with stdin.open("rb") as stdin_file, stderr.open("wb") as stderr_file:
+    stderr.parent.mkdir(parents=True, exist_ok=True)
+    out_lines: deque[str] = deque(maxlen=EVIDENCE_LINES)
+    err_lines: deque[str] = deque(maxlen=EVIDENCE_LINES)
+    with (
+        stdin.open("rb") as stdin_file,
+        _created(transcript) as out_file,
+        _created(stderr) as err_file,
+    ):
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
+            child = await _spawn(
+                argv,
                 cwd=cwd,
                 env=env,
                 stdin=stdin_file,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=stderr_file,
                 start_new_session=True,  # its own process group, so the cap kills its children too
-                limit=MAX_LINE,
             )
         except OSError as exc:
             return ProcessOutcome(None, False, started, utcnow(), [], spawn_error=str(exc))
-        assert proc.stdout is not None
+        proc = child.process
+        assert proc.stdout is not None and proc.stderr is not None
+        stdout, errors = proc.stdout, proc.stderr
+        draining = asyncio.create_task(
+            _drain(errors, err_file, stderr_cap or STDERR_CAP, err_lines, None)
+        )
+
+        async def until_exit() -> bool:
+            capped = await _drain(stdout, out_file, stdout_cap or STDOUT_CAP, out_lines, stop_on)
+            if not capped:
+                await child.exited.wait()
+            return capped
+
         timeout = max((deadline - started).total_seconds(), 0.0)
         timed_out = turn_capped = False
         try:
-            turn_capped = await asyncio.wait_for(
-                _stream(proc.stdout, transcript, tail, stop_on), timeout
-            )
+            turn_capped = await asyncio.wait_for(until_exit(), timeout)
             if turn_capped:
-                await _terminate(proc)
-            else:
-                await proc.wait()
+                await _terminate(child)
         except TimeoutError:
             timed_out = True
-            await _terminate(proc)
+            await _terminate(child)
         except asyncio.CancelledError:
             # An operator stopped the run: take the agent and its children down with it.
-            await asyncio.shield(_terminate(proc))
+            await asyncio.shield(_terminate(child))
+            await _finish(child, draining)
             raise
-    tail.extend(_last_lines(stderr))
+        await _finish(child, draining)
+    tail = [*out_lines, *(f"stderr: {line}" for line in err_lines)][-EVIDENCE_LINES:]
     return ProcessOutcome(
-        proc.returncode, timed_out, started, utcnow(), list(tail), turn_capped=turn_capped
+        proc.returncode,
+        timed_out,
+        started,
+        utcnow(),
+        [line[:EVIDENCE_LINE_CHARS] for line in tail],
+        turn_capped=turn_capped,
     )
 
 
-async def _stream(
-    stdout: asyncio.StreamReader,
-    transcript: Path,
-    tail: deque[str],
+def _created(path: Path) -> BinaryIO:
+    """Create path afresh for writing: whatever was there (a symlink, a hard link) is replaced."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.fdopen(os.open(path, flags, 0o644), "wb")
+
+
+async def _chunks(stream: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    """Yield the stream's lines; a line over MAX_LINE comes in pieces, nothing lost."""
+    while True:
+        try:
+            chunk = await stream.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            chunk = exc.partial  # the end of the stream
+        except asyncio.LimitOverrunError:
+            chunk = await stream.read(MAX_LINE)  # what is buffered: a piece of the long line
+        if not chunk:
+            return
+        yield chunk
+
+
+async def _drain(
+    stream: asyncio.StreamReader,
+    out: BinaryIO,
+    cap: Cap,
+    lines: deque[str],
     stop_on: Callable[[str], bool] | None,
 ) -> bool:
-    with transcript.open("wb") as out:
-        while True:
-            try:
-                line = await stdout.readline()
-            except ValueError:  # a line over MAX_LINE: keep what fits, carry on
-                line = await stdout.read(MAX_LINE)
-            if not line:
-                return False
-            out.write(line)
-            out.flush()
-            text = line.decode(errors="replace").rstrip("\n")
-            tail.append(text)
+    """Copy a stream into out within its cap; return True once stop_on flags a line."""
+    capture = Capture(cap)
+    try:
+        async for chunk in _chunks(stream):
+            if head := capture.feed(chunk):
+                out.write(head)
+                out.flush()
+            text = chunk.decode(errors="replace").rstrip("\n")
+            lines.append(text)
             if stop_on is not None and stop_on(text):
                 return True
+        return False
+    finally:
+        out.write(capture.close())
+        out.flush()
 
 
-async def _terminate(proc: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
+async def _finish(child: _Child, draining: asyncio.Task[bool]) -> None:
+    """Let stderr reach its end, then close Baton's ends of the pipes.
+
+    A child that outlived the agent may hold a pipe open; Baton stops waiting for
+    it after STDERR_GRACE_S and closes its own ends, so nothing is left reading.
+    """
     try:
-        await asyncio.wait_for(proc.wait(), KILL_GRACE_S)
+        await _stop(draining, STDERR_GRACE_S)
+    finally:
+        child.transport.close()
+
+
+async def _stop(task: asyncio.Task[bool], grace: float) -> None:
+    """Give a draining task `grace` seconds to reach the end of its stream, then cancel it."""
+    done, _ = await asyncio.wait({task}, timeout=grace)
+    if not done:
+        task.cancel()
+        await asyncio.wait({task})
+    if not task.cancelled() and (failure := task.exception()) is not None:
+        raise failure
+
+
+async def _terminate(child: _Child) -> None:
+    pid = child.process.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(child.exited.wait(), KILL_GRACE_S)
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
+            os.killpg(pid, signal.SIGKILL)
+        await child.exited.wait()
 
 
-def _last_lines(path: Path) -> list[str]:
-    try:
-        with path.open("rb") as f:
-            f.seek(max(path.stat().st_size - 8192, 0))
-            lines = f.read().decode(errors="replace").splitlines()
-    except OSError:
-        return []
-    return [f"stderr: {line}" for line in lines[-EVIDENCE_LINES:]]
+class _Watched(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's own protocol for a child's pipes, which also tells when the child exited.
+
+    Process.wait() waits for every pipe to close as well, and a child that left the
+    process group can hold one open for as long as it likes.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=MAX_LINE, loop=loop)
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
+
+
+@dataclass(frozen=True)
+class _Child:
+    process: asyncio.subprocess.Process
+    transport: asyncio.SubprocessTransport
+    exited: asyncio.Event
+
+
+async def _spawn(argv: list[str], **options: Any) -> _Child:
+    """Start argv with its stdout and stderr piped to Baton, as create_subprocess_exec does."""
+    loop = asyncio.get_running_loop()
+    transport, watched = await loop.subprocess_exec(
+        lambda: _Watched(loop),
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        **options,
+    )
+    process = asyncio.subprocess.Process(transport, watched, loop)
+    return _Child(process, transport, watched.exited)

@@ -23,10 +23,11 @@ async def run_setup(
     for number, command in enumerate(commands, 1):
         output = request.run_dir / f"setup-{number}.log"
         stderr = request.run_dir / f"setup-{number}.stderr"
+        argv, env = request.contain(shlex.split(command), agent_environment(request))
         outcome = await run_process(
-            shlex.split(command),
+            argv,
             cwd=request.worktree,
-            env=agent_environment(request),
+            env=env,
             stdin=Path(os.devnull),
             transcript=output,
             stderr=stderr,

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from bot.agents.base import AgentRequest
-from bot.agents.process import ProcessOutcome, run_process
+from bot.agents.output import Unreadable, read_capped
+from bot.agents.process import STDOUT_CAP, ProcessOutcome, run_process
 from bot.agents.resets import zone_named
 from bot.model import AgentResult
 
@@ -244,10 +245,11 @@ async def run_cli(
     clock: Clock | None,
 ) -> AgentResult:
     """Run an agent CLI, then read what it printed into an AgentResult."""
+    jailed_argv, jailed_env = request.contain(argv, env)
     outcome = await run_process(
-        argv,
+        jailed_argv,
         cwd=request.worktree,
-        env=env,
+        env=jailed_env,
         stdin=stdin,
         transcript=request.transcript_path,
         stderr=request.stderr_path,
@@ -256,12 +258,27 @@ async def run_cli(
     )
     observed_at = clock() if clock is not None else outcome.ended_at
     child_tz = zone_named(env.get("TZ"), None)
-    reading = read(_transcript(request.transcript_path), outcome.exit_code, observed_at, child_tz)
+    text, problem = transcript_text(request)
+    reading = read(text, outcome.exit_code, observed_at, child_tz)
+    if problem is not None:
+        reading = replace(reading, evidence=(*reading.evidence, problem))
     return interpret(agent, reading, outcome, request)
 
 
-def _transcript(path: Path) -> str:
+def transcript_text(request: AgentRequest) -> tuple[str, str | None]:
+    """Return the run's transcript as text, and what kept Baton from reading it, if anything.
+
+    Baton wrote the file within its caps, but it sits where the agent could replace
+    it; whatever is there now is read only as a regular file and never past the caps.
+    """
+    limit = STDOUT_CAP.on_disk
     try:
-        return path.read_bytes().decode(errors="replace")
-    except OSError:
-        return ""
+        found = read_capped(request.transcript_path, limit, within=request.run_dir)
+    except Unreadable as exc:
+        return "", f"the transcript was not read: {exc}"
+    if found is None:
+        return "", None
+    problem = (
+        f"the transcript is over {limit} bytes: only its start was read" if found.cut else None
+    )
+    return found.text(), problem

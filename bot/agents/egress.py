@@ -1,0 +1,541 @@
+"""The agent's egress proxy: the one way out of the sandbox's network namespace.
+
+The sandbox has no route anywhere. Inside it, the bridge (`egress_bridge.py`) listens on
+127.0.0.1:PORT and relays each connection to a Unix socket; outside it, `serve_egress`
+serves that socket, judges each `CONNECT host:port` or absolute-form `http://` request
+against the run's EgressPolicy, and relays what it allows. Parsing and judging are pure;
+only `serve_egress` and what it calls touch the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import os
+import re
+import socket
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+log = logging.getLogger(__name__)
+
+MAX_HEAD = 64 * 1024
+HEAD_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 15.0
+LINGER_S = 2.0
+MAX_CLIENTS = 256
+CHUNK = 65536
+
+# The bridge is a program in a file of its own, so that it is linted and type-checked like
+# any module; the sandbox runs its text with `python -c`, since no Baton package is there.
+BRIDGE_SOURCE: str = (
+    resources.files("bot.agents").joinpath("egress_bridge.py").read_text(encoding="utf-8")
+)
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+_HOSTNAME = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)(?:\.(?!-)[a-z0-9_-]{1,63}(?<!-))*")
+_PORT = re.compile(r"[0-9]{1,5}")
+_HTTP_NAME = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_REQUEST_LINE = re.compile(
+    rf"(?P<method>{_HTTP_NAME}) (?P<target>[^\s]+) (?P<version>HTTP/1\.[01])"
+)
+_HEADER = re.compile(rf"(?P<name>{_HTTP_NAME}):[ \t]*(?P<value>[^\x00\r\n]*?)[ \t]*")
+# Headers the proxy sets itself: Host from the URL, and always `Connection: close`.
+_DROPPED_HEADERS = frozenset({"connection", "keep-alive", "host"})
+
+
+def _canonical_host(host: str) -> str:
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return host.lower()
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+@dataclass(frozen=True, order=True)
+class HostPort:
+    """A host and TCP port: a name lowercased, or an IP address in its canonical form."""
+
+    host: str
+    port: int
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise ValueError(f"{self.port} is not a port (1-65535)")
+        object.__setattr__(self, "host", _canonical_host(self.host))
+
+    def __str__(self) -> str:
+        return f"{_bracketed(self.host)}:{self.port}"
+
+
+@dataclass(frozen=True)
+class EgressPolicy:
+    """Where one agent run may connect: `allowlist` only `allowed`, `open` any public host."""
+
+    mode: Literal["allowlist", "open"]
+    allowed: frozenset[HostPort] = frozenset()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a connection may go ahead, and why in a few words."""
+
+    allowed: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class ProxyRequest:
+    """What the agent asked of the proxy: where to, and the bytes to send there first."""
+
+    target: HostPort
+    tunnel: bool  # CONNECT: relay raw bytes once the tunnel is up
+    upstream_head: bytes = b""  # plain HTTP: the request rewritten to origin-form
+
+
+def parse_host_port(entry: str) -> HostPort:
+    """Read a `host[:port]` entry, an IPv6 address in brackets; the port is 443 when left out."""
+    try:
+        return _parse_authority(entry, default_port=443)
+    except ValueError as exc:
+        raise ValueError(f"{entry!r} is not host[:port]: {exc}") from None
+
+
+ANTHROPIC = HostPort("api.anthropic.com", 443)
+OPENAI = HostPort("api.openai.com", 443)
+CHATGPT = HostPort("chatgpt.com", 443)  # codex signed in with a ChatGPT account talks here
+GEMINI = HostPort("generativelanguage.googleapis.com", 443)
+DEEPSEEK = HostPort("api.deepseek.com", 443)
+OPENROUTER = HostPort("openrouter.ai", 443)
+MISTRAL = HostPort("api.mistral.ai", 443)
+GROQ = HostPort("api.groq.com", 443)
+
+_ADAPTER_HOSTS: dict[str, tuple[HostPort, ...]] = {
+    "claude": (ANTHROPIC,),
+    "codex": (OPENAI, CHATGPT),
+    "command": (),
+}
+# aider's `provider/model` names, e.g. `openrouter/anthropic/claude-3.5-sonnet`.
+_AIDER_PROVIDERS: dict[str, HostPort] = {
+    "anthropic": ANTHROPIC,
+    "openai": OPENAI,
+    "gemini": GEMINI,
+    "deepseek": DEEPSEEK,
+    "openrouter": OPENROUTER,
+    "mistral": MISTRAL,
+    "groq": GROQ,
+}
+# Bare model names by family; sonnet, opus and haiku are aider's own aliases for Claude.
+_AIDER_FAMILIES: tuple[tuple[str, HostPort], ...] = (
+    ("claude", ANTHROPIC),
+    ("sonnet", ANTHROPIC),
+    ("opus", ANTHROPIC),
+    ("haiku", ANTHROPIC),
+    ("gpt", OPENAI),
+    ("o1", OPENAI),
+    ("o3", OPENAI),
+    ("o4", OPENAI),
+    ("gemini", GEMINI),
+    ("deepseek", DEEPSEEK),
+    ("mistral", MISTRAL),
+)
+_AIDER_UNKNOWN = (ANTHROPIC, OPENAI)
+
+
+def provider_hosts(adapter: str, model: str | None) -> tuple[HostPort, ...]:
+    """Return the hosts the adapter's model provider answers on; `command` needs none."""
+    if adapter == "aider":
+        return _aider_hosts(model)
+    if adapter not in _ADAPTER_HOSTS:
+        raise ValueError(f"unknown agent adapter {adapter!r}")
+    return _ADAPTER_HOSTS[adapter]
+
+
+def _aider_hosts(model: str | None) -> tuple[HostPort, ...]:
+    name = (model or "").strip().lower()
+    if "/" in name:
+        # An unknown prefix (azure/, bedrock/, ollama/...) is another endpoint, whatever
+        # family the rest of the name is from.
+        provider = _AIDER_PROVIDERS.get(name.split("/", 1)[0])
+        return (provider,) if provider else _AIDER_UNKNOWN
+    for family, host in _AIDER_FAMILIES:
+        if re.match(rf"{family}(?![a-z0-9])", name):
+            return (host,)
+    return _AIDER_UNKNOWN
+
+
+_NON_PUBLIC: tuple[tuple[str, Callable[[IPAddress], bool]], ...] = (
+    ("loopback", lambda address: address.is_loopback),
+    ("link-local", lambda address: address.is_link_local),  # 169.254.169.254: cloud metadata
+    ("unspecified", lambda address: address.is_unspecified),
+    ("multicast", lambda address: address.is_multicast),
+    ("reserved", lambda address: address.is_reserved),
+    ("private", lambda address: address.is_private),
+    # The rest that is not global, e.g. 100.64.0.0/10, where one cloud keeps its metadata.
+    ("non-public", lambda address: not address.is_global),
+)
+
+
+def judge(policy: EgressPolicy, host: str, port: int, addresses: Sequence[IPAddress]) -> Verdict:
+    """Decide whether the agent may connect to host:port, which resolved to addresses.
+
+    `allowlist` admits exactly the listed host:port entries. `open` admits any host:port
+    unless one of its addresses is not public; a listed entry is admitted all the same,
+    since an operator may name e.g. a local model server on purpose.
+    """
+    if HostPort(host, port) in policy.allowed:
+        return Verdict(True, "on the agent's allow-list")
+    if policy.mode == "allowlist":
+        return Verdict(False, "not on the agent's allow-list")
+    if not addresses:
+        return Verdict(False, "resolves to no address")
+    for address in addresses:
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+            address = address.ipv4_mapped  # ::ffff:127.0.0.1 reaches 127.0.0.1: judge that
+        for kind, test in _NON_PUBLIC:
+            if test(address):
+                return Verdict(False, f"resolves to a {kind} address")
+    return Verdict(True, "a public host")
+
+
+def parse_request_head(head: bytes) -> ProxyRequest:
+    """Read a request head through its blank line: `CONNECT host:port` or absolute-form http.
+
+    Raise ValueError for anything else. A plain HTTP request is rewritten to origin-form
+    with its own headers, less `Proxy-*` and hop-by-hop ones, `Host` taken from the URL
+    (as RFC 9112 asks of a proxy) and `Connection: close`.
+    """
+    text = head.decode("latin-1")  # one byte, one character: the headers go on unchanged
+    if not text.endswith("\r\n\r\n"):
+        raise ValueError("the head does not end in a blank line")
+    request_line, *header_lines = text[:-4].split("\r\n")
+    request = _REQUEST_LINE.fullmatch(request_line)
+    if request is None:
+        raise ValueError("not an HTTP/1 request line")
+    headers = [_header(line) for line in header_lines]
+    method, target, version = request["method"], request["target"], request["version"]
+    if method == "CONNECT":
+        return ProxyRequest(_parse_authority(target, default_port=None), tunnel=True)
+    if target[:7].lower() != "http://":
+        raise ValueError("neither CONNECT nor an absolute-form http:// request")
+    authority, path = _split_url(target[7:])
+    destination = _parse_authority(authority, default_port=80)
+    host_header = _bracketed(destination.host) if destination.port == 80 else str(destination)
+    lines = [f"{method} {path} {version}", f"Host: {host_header}"]
+    lines += [
+        f"{name}: {value}"
+        for name, value in headers
+        if not name.lower().startswith("proxy-") and name.lower() not in _DROPPED_HEADERS
+    ]
+    lines.append("Connection: close")
+    upstream_head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return ProxyRequest(destination, tunnel=False, upstream_head=upstream_head)
+
+
+def bridge_argv(python: str, socket_path: Path, port: int, argv: Sequence[str]) -> list[str]:
+    """Return the command line that runs argv behind the bridge on 127.0.0.1:port."""
+    if not 0 < port < 65536:
+        raise ValueError(f"{port} is not a port (1-65535)")
+    return [python, "-I", "-S", "-c", BRIDGE_SOURCE, str(socket_path), str(port), "--", *argv]
+
+
+def _parse_authority(text: str, default_port: int | None) -> HostPort:
+    """Read `host[:port]` or `[v6]:port`; raise ValueError saying what is wrong."""
+    if not text:
+        raise ValueError("it is empty")
+    if any(char.isspace() for char in text):
+        raise ValueError("it holds whitespace")
+    if "/" in text:
+        raise ValueError("give the host alone, with no scheme or path")
+    if "@" in text:
+        raise ValueError("give the host alone, with no user")
+    if text.startswith("["):
+        inside, closed, rest = text[1:].partition("]")
+        if not closed or (rest and not rest.startswith(":")):
+            raise ValueError("an IPv6 address goes in brackets, e.g. [::1]:443")
+        try:
+            host = str(ipaddress.IPv6Address(inside))
+        except ValueError:
+            raise ValueError(f"{inside!r} is not an IPv6 address") from None
+        port_text = rest[1:] if rest else None
+    else:
+        if text.count(":") > 1:
+            raise ValueError("an IPv6 address goes in brackets, e.g. [::1]:443")
+        host, colon, after = text.partition(":")
+        if not _HOSTNAME.fullmatch(host.lower()) or len(host) > 253:
+            raise ValueError(f"{host!r} is not a host name or IP address")
+        port_text = after if colon else None
+    if port_text is None:
+        if default_port is None:
+            raise ValueError("it needs a port")
+        return HostPort(host, default_port)
+    if not _PORT.fullmatch(port_text) or not 0 < int(port_text) < 65536:
+        raise ValueError(f"{port_text!r} is not a port (1-65535)")
+    return HostPort(host, int(port_text))
+
+
+def _header(line: str) -> tuple[str, str]:
+    match = _HEADER.fullmatch(line)
+    if match is None:  # also a folded line, which would smuggle text into the one before
+        raise ValueError(f"not a header line: {line[:80]!r}")
+    return match["name"], match["value"]
+
+
+def _split_url(rest: str) -> tuple[str, str]:
+    """Split what follows `http://` into its authority and origin-form path and query."""
+    end = next((n for n, char in enumerate(rest) if char in "/?#"), len(rest))
+    authority, path = rest[:end], rest[end:].split("#", 1)[0]
+    if not path.startswith("/"):
+        path = "/" + path
+    return authority, path
+
+
+class Egress:
+    """One agent run's proxy, while `serve_egress` runs it: what it has refused so far."""
+
+    def __init__(self, policy: EgressPolicy, run_label: str) -> None:
+        self._policy = policy
+        self._run_label = run_label
+        self._refused: set[str] = set()
+        self._clients: set[asyncio.Task[None]] = set()
+        self._closing = False
+
+    @property
+    def refused(self) -> tuple[str, ...]:
+        """Return each host:port refused during this run, once, sorted."""
+        return tuple(sorted(self._refused))
+
+    async def _serve_client(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if self._closing:  # accepted just before the server closed: it must not outlive it
+            await _close(writer)
+            return
+        if len(self._clients) >= MAX_CLIENTS:
+            message = "Baton's sandbox proxy has too many connections open"
+            await _fail(reader, writer, 503, message)
+            await _close(writer)
+            return
+        self._clients.add(task)
+        try:
+            await self._serve(reader, writer)
+        except OSError:
+            pass  # the agent or the upstream hung up mid-way: nothing left to tell anyone
+        except asyncio.CancelledError:
+            if not self._closing:
+                raise
+            # The proxy closed it: ending quietly spares the log one asyncio error per
+            # connection (Python 3.11 logs a handler task that ends cancelled).
+        finally:
+            self._clients.discard(task)
+            await _close(writer)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(HEAD_TIMEOUT_S):
+                head = await reader.readuntil(b"\r\n\r\n")
+            request = parse_request_head(head)
+        except asyncio.IncompleteReadError:
+            return  # gone before it finished asking
+        except (TimeoutError, asyncio.LimitOverrunError, ValueError):
+            message = "Baton's sandbox proxy takes CONNECT host:port or an http:// URL"
+            await _fail(reader, writer, 400, message)
+            return
+        target = request.target
+        if self._policy.mode == "allowlist":
+            # The name alone decides: a refused name is never looked up, so no DNS query
+            # carries anything out of the sandbox.
+            verdict = judge(self._policy, target.host, target.port, ())
+            if not verdict.allowed:
+                await self._refuse(reader, writer, target, verdict.reason)
+                return
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                addresses = await _resolve(target)
+        except (OSError, TimeoutError) as exc:
+            reason = str(exc) or "timed out"
+            await _fail(
+                reader, writer, 502, f"Baton's sandbox proxy cannot resolve {target}: {reason}"
+            )
+            return
+        verdict = judge(self._policy, target.host, target.port, addresses)
+        if not verdict.allowed:
+            await self._refuse(reader, writer, target, verdict.reason)
+            return
+        try:
+            # The addresses judged are the ones connected to: no second lookup to rebind.
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                upstream_reader, upstream_writer = await _connect(addresses, target.port)
+        except (OSError, TimeoutError) as exc:
+            reason = str(exc) or "timed out"
+            await _fail(
+                reader, writer, 502, f"Baton's sandbox proxy cannot reach {target}: {reason}"
+            )
+            return
+        try:
+            if request.tunnel:
+                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                await writer.drain()
+            else:
+                upstream_writer.write(request.upstream_head)
+            await _relay(reader, writer, upstream_reader, upstream_writer)
+        finally:
+            await _close(upstream_writer)
+
+    async def _refuse(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        target: HostPort,
+        reason: str,
+    ) -> None:
+        if str(target) not in self._refused:
+            self._refused.add(str(target))
+            log.warning("%s: the agent's sandbox refused %s: %s", self._run_label, target, reason)
+        await _fail(reader, writer, 403, f"Baton's sandbox refused {target}: {reason}")
+
+    async def _close_clients(self) -> None:
+        self._closing = True
+        clients = list(self._clients)
+        for task in clients:
+            task.cancel()
+        await asyncio.gather(*clients, return_exceptions=True)
+
+
+@contextlib.asynccontextmanager
+async def serve_egress(
+    policy: EgressPolicy, socket_path: Path, run_label: str
+) -> AsyncIterator[Egress]:
+    """Serve the agent's proxy on socket_path for the block; close every connection after.
+
+    The socket is the run user's alone (mode 0600): the sandboxed agent runs as the same
+    host uid, and nobody else needs it.
+    """
+    proxy = Egress(policy, run_label)
+    listener = _private_unix_socket(socket_path)
+    server = await asyncio.start_unix_server(proxy._serve_client, sock=listener, limit=MAX_HEAD)
+    try:
+        yield proxy
+    finally:
+        server.close()
+        await proxy._close_clients()
+        await server.wait_closed()
+        _remove_socket(socket_path)
+
+
+def _private_unix_socket(path: Path) -> socket.socket:
+    """Return a Unix socket bound at path, mode 0600, not yet listening."""
+    _remove_socket(path)  # a previous run's, left behind by a crash
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+        # Before listen: until then nobody can connect, so nobody connects while it is open.
+        os.chmod(path, 0o600)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _remove_socket(path: Path) -> None:
+    if path.is_socket():
+        path.unlink()
+
+
+async def _resolve(target: HostPort) -> list[IPAddress]:
+    infos = await asyncio.get_running_loop().getaddrinfo(
+        target.host, target.port, type=socket.SOCK_STREAM
+    )
+    return list(dict.fromkeys(ipaddress.ip_address(str(info[4][0])) for info in infos))
+
+
+async def _connect(
+    addresses: Sequence[IPAddress], port: int
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect to the first of addresses that answers."""
+    error: OSError = OSError("no address to connect to")
+    for address in addresses:
+        try:
+            return await asyncio.open_connection(str(address), port, limit=CHUNK)
+        except OSError as exc:
+            error = exc
+    raise error
+
+
+async def _relay(
+    client_reader: asyncio.StreamReader,
+    client_writer: asyncio.StreamWriter,
+    upstream_reader: asyncio.StreamReader,
+    upstream_writer: asyncio.StreamWriter,
+) -> None:
+    """Copy bytes both ways until both directions have ended, or one of them failed."""
+    try:
+        async with asyncio.TaskGroup() as directions:
+            directions.create_task(_pump(client_reader, upstream_writer))
+            directions.create_task(_pump(upstream_reader, client_writer))
+    except* OSError:
+        pass  # one side is gone; the group has stopped the other direction
+
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy reader to writer; pass its end on as a half-close, so the other way keeps going."""
+    while data := await reader.read(CHUNK):
+        writer.write(data)
+        await writer.drain()
+    if writer.can_write_eof():
+        writer.write_eof()
+
+
+def _answer_bytes(status: int, message: str) -> bytes:
+    body = (message + "\n").encode()
+    head = (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+async def _answer(writer: asyncio.StreamWriter, status: int, message: str) -> None:
+    writer.write(_answer_bytes(status, message))
+    with contextlib.suppress(OSError):
+        await writer.drain()
+
+
+async def _fail(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, status: int, message: str
+) -> None:
+    """Answer with an error, end the answer, then read what the client still sends a moment.
+
+    Closing a socket with unread input resets the connection, and a reset can cost the
+    client the answer it has not read yet.
+    """
+    await _answer(writer, status, message)
+    if writer.can_write_eof():
+        writer.write_eof()
+    with contextlib.suppress(OSError, TimeoutError):
+        async with asyncio.timeout(LINGER_S):
+            while await reader.read(CHUNK):
+                pass
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    try:
+        async with asyncio.timeout(LINGER_S):
+            await writer.wait_closed()
+    except (OSError, TimeoutError):
+        writer.transport.abort()  # a peer that reads nothing must not hold the proxy open

@@ -1,0 +1,146 @@
+"""The agent's network bridge: 127.0.0.1:PORT inside the sandbox, relayed to Baton's proxy.
+
+This file is a program, not a module Baton imports: `bot.agents.egress` reads its text
+as `BRIDGE_SOURCE` and runs it inside the sandbox as
+
+    python -I -S -c BRIDGE_SOURCE SOCKET_PATH PORT -- COMMAND...
+
+It listens on the sandbox's own loopback, relays every TCP connection to the proxy's
+Unix socket, runs COMMAND with this process's stdin, stdout and stderr, hands it the
+signals meant for the sandbox, and exits as COMMAND did. It prints nothing to stdout,
+which belongs to COMMAND; its own complaints go to stderr, each prefixed `baton-bridge:`.
+
+It uses the standard library only (`-I -S` keeps site-packages and the environment out)
+and no syntax newer than Python 3.8, since the sandbox's interpreter is whatever the host
+has. It lives in a file of its own so that it is linted and type-checked like any module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+CHUNK = 65536
+BACKLOG = 128
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+USAGE = "usage: bridge SOCKET_PATH PORT -- COMMAND..."
+CANNOT_START = 127
+
+
+def main(argv: list[str]) -> int:
+    """Bridge the port to the socket for as long as the command runs; return its exit code."""
+    if len(argv) < 5 or argv[3] != "--" or not argv[2].isdigit():
+        complain(USAGE)
+        return 2
+    socket_path, port, command = argv[1], int(argv[2]), argv[4:]
+    try:
+        listener = listen(port)
+    except OSError as exc:
+        complain(f"cannot listen on 127.0.0.1:{port}: {exc}")
+        return CANNOT_START
+    threading.Thread(target=accept_forever, args=(listener, socket_path), daemon=True).start()
+    forwarder = Forwarder()
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, forwarder.handle)
+    try:
+        child = subprocess.Popen(command)  # inherits stdin, stdout and stderr
+    except OSError as exc:
+        complain(f"cannot start {command[0]}: {exc}")
+        return CANNOT_START
+    forwarder.start(child)
+    code = child.wait()
+    return 128 - code if code < 0 else code  # Popen reports death by signal N as -N
+
+
+class Forwarder:
+    """Hand the signals the bridge receives to its child, keeping any that came too early."""
+
+    def __init__(self) -> None:
+        self.child: subprocess.Popen[bytes] | None = None
+        self.early: list[int] = []
+
+    def handle(self, signum: int, _frame: object) -> None:
+        """Forward signum, or keep it until there is a child to forward it to."""
+        if self.child is None:
+            self.early.append(signum)
+        else:
+            self.child.send_signal(signum)
+
+    def start(self, child: subprocess.Popen[bytes]) -> None:
+        """Forward from now on to child, beginning with what came before it started."""
+        self.child = child
+        for signum in self.early:
+            child.send_signal(signum)
+
+
+def listen(port: int) -> socket.socket:
+    """Return a socket listening on the sandbox's loopback at port."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(BACKLOG)
+    return listener
+
+
+def accept_forever(listener: socket.socket, socket_path: str) -> None:
+    """Relay each accepted connection in a thread of its own."""
+    while True:
+        try:
+            client, _ = listener.accept()
+        except OSError as exc:
+            complain(f"cannot accept a connection: {exc}")
+            time.sleep(0.5)  # e.g. out of file descriptors: wait instead of spinning
+            continue
+        threading.Thread(target=relay, args=(client, socket_path), daemon=True).start()
+
+
+def relay(client: socket.socket, socket_path: str) -> None:
+    """Copy bytes both ways between client and the proxy until both directions ended."""
+    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        upstream.connect(socket_path)
+    except OSError as exc:
+        complain(f"cannot reach the proxy at {socket_path}: {exc}")
+        close(client, upstream)
+        return
+    backward = threading.Thread(target=pump, args=(upstream, client), daemon=True)
+    backward.start()
+    pump(client, upstream)
+    backward.join()
+    close(client, upstream)
+
+
+def pump(source: socket.socket, sink: socket.socket) -> None:
+    """Copy source to sink; pass its end on as a half-close, so the other way keeps going."""
+    try:
+        while True:
+            data = source.recv(CHUNK)
+            if not data:
+                break
+            sink.sendall(data)
+        sink.shutdown(socket.SHUT_WR)
+    except OSError:
+        # One side is gone: shutting both down wakes the other pump's blocking recv.
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+def close(*socks: socket.socket) -> None:
+    """Close every socket given."""
+    for sock in socks:
+        sock.close()
+
+
+def complain(message: str) -> None:
+    """Say one line on stderr, marked as the bridge's own."""
+    print(f"baton-bridge: {message}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,171 @@
+"""A prompt-injected agent reaches its worktree and its provider, and nothing else.
+
+The issue tells the agent (tests/agents/escape_agent.py) to try every escape seen
+in the wild: the worker's environment, the App's key, Redis, Baton's web process and
+data directory, git settings that would run or redirect Baton's own git, and links
+that would make the worker read without end. Every attempt must fail, under each of
+the three network policies, and the run must still end as a green pull request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import pytest
+import redis
+from aiohttp import web
+
+from bot.devstack import LocalBaton
+from bot.git import MIRROR_CONFIG
+from bot.model import IssueRef, RunState
+from bot.sandbox.maintainer import Maintainer, eventually
+from bot.store import Store
+from tests.conftest import RedisServer
+
+AGENT = Path(__file__).parent / "agents" / "escape_agent.py"
+PROJECT = {
+    "README.md": "# demo\n",
+    ".sandbox/ci": "#!/bin/sh\nset -e\ngrep -q 'hello' greeting.txt\n",
+    "greeting.txt": "hi\n",
+}
+
+
+@pytest.fixture(scope="module", params=["allowlist", "open", "none"])
+def stack(
+    request: pytest.FixtureRequest,
+    redis_server: RedisServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LocalBaton]:
+    redis.Redis.from_url(redis_server.url).flushall()
+    baton = LocalBaton(
+        workdir=tmp_path_factory.mktemp(f"containment-{request.param}"),
+        redis_url=redis_server.url,
+        agent_command=f"{sys.executable} {AGENT}",
+        extra_env={
+            "BATON_AGENT_NETWORK": request.param,
+            "BATON_AGENT_WALL_CLOCK_MINUTES": "1",
+            "BATON_MAX_ATTEMPTS": "1",
+        },
+    )
+    baton.start(workers=1)
+    yield baton
+    baton.stop()
+
+
+@pytest.fixture
+async def attacker() -> AsyncIterator[tuple[str, list[str]]]:
+    """A server of the attacker's on the host's loopback, recording every request."""
+    seen: list[str] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append(f"{request.method} {request.path_qs} {dict(request.headers)}")
+        return web.Response(text="owned")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield f"http://127.0.0.1:{port}", seen
+    await runner.cleanup()
+
+
+def bare_repo(stack: LocalBaton, repo: str) -> Path:
+    name = repo.split("/")[1]
+    return next((stack.workdir / "sandbox").rglob(f"{name}.git"))
+
+
+def show(bare: Path, ref: str, path: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(bare), "show", f"{ref}:{path}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+async def test_every_escape_fails_and_the_run_still_ends_green(
+    stack: LocalBaton, attacker: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    attacker_url, attacker_saw = attacker
+    network = stack.extra_env["BATON_AGENT_NETWORK"]
+    key_path = stack.sandbox_env["GITHUB_PRIVATE_KEY_PATH"]
+    redis_port = urlsplit(stack.redis_url).port
+    marker = tmp_path / "ran-outside-the-sandbox"
+    target = {
+        "key_path": key_path,
+        "redis_port": str(redis_port),
+        "web_port": str(stack.web_port),
+        "github_port": str(urlsplit(stack.sandbox_url).port),
+        "data_dir": str(stack.workdir / "baton"),
+        "env_file": str(stack.workdir / "sandbox" / "app.env"),
+        "attacker_url": attacker_url,
+        "host_marker": str(marker),
+        "worker_pid": str(stack.processes["worker-1"].popen.pid),
+    }
+    store = Store.from_url(stack.redis_url)
+    async with aiohttp.ClientSession() as session:
+        maintainer = Maintainer(session, stack.sandbox_url, stack.admin_token)
+        created = await maintainer.create_repo(f"escape-{network}", PROJECT, stack.workdir)
+        repo = str(created["full_name"])
+        issue = await maintainer.open_issue(
+            repo, "Fix the greeting", f"Look around first.\n\nescape: {json.dumps(target)}\n"
+        )
+        number = int(issue["number"])
+        await maintainer.add_label(repo, number, "baton:queue")
+        ref = IssueRef(installation_id=1, repo=repo, number=number)
+
+        async def green() -> Any:
+            run = store.latest_run(ref)
+            if run is not None and run.state in (RunState.FAILED, RunState.NO_CHANGE):
+                raise AssertionError(f"the run ended {run.state}: {run.reason}\n{stack.logs()}")
+            return run if run is not None and run.state is RunState.PUSHED_GREEN else None
+
+        run = await eventually(green, "the escaping agent's run going green", within=90)
+        pulls = await maintainer.pulls(repo)
+
+    assert [pull["number"] for pull in pulls] == [run.pr_number]
+    escapes = json.loads(show(bare_repo(stack, repo), run.branch, "escapes.json"))
+    environment = json.loads(escapes.pop("environment")["detail"])
+    got_through = {name: e["detail"] for name, e in escapes.items() if e["escaped"]}
+    assert not got_through, got_through
+    assert len(escapes) == 13
+
+    # Nothing secret reached the agent, so nothing secret reached the pull request.
+    secrets = [stack.webhook_secret, stack.admin_token, Path(key_path).read_text().strip()]
+    pushed = show(bare_repo(stack, repo), run.branch, "escapes.json")
+    assert not [s for s in secrets if s in pushed]
+    assert not {"GITHUB_PRIVATE_KEY_PATH", "GITHUB_WEBHOOK_SECRET", "REDIS_URL"} & set(environment)
+    identity = f"{stack.sandbox_env['GITHUB_APP_ID']}@{stack.sandbox_url}"
+    token = store.installation_token(identity, 1)
+    assert token is not None and token not in pushed
+
+    # Baton's own git honoured nothing the agent set: its mirror is as Baton wrote it, no
+    # hook or filter of the agent's ran outside the sandbox, and no push went elsewhere.
+    mirror = stack.workdir / "baton" / "mirrors" / f"{repo}.git"
+    assert (mirror / "config").read_text() == MIRROR_CONFIG
+    assert not (mirror / "hooks").exists() or not any((mirror / "hooks").iterdir())
+    assert not marker.exists()
+    run_dir = stack.workdir / "baton" / "runs" / repo / str(number) / "1"
+    for log in ("stderr.log", "transcript.log"):
+        assert not (run_dir / log).is_symlink() and (run_dir / log).is_file()
+    await asyncio.sleep(0.5)
+    assert attacker_saw == []
+
+    # The proxy said no to Redis, and the run's record names it, when there is a proxy.
+    refused = run.agent_result.refused_hosts if run.agent_result else []
+    if network == "none":
+        assert "HTTPS_PROXY" not in environment and refused == []
+    else:
+        assert environment["HTTPS_PROXY"].startswith("http://127.0.0.1:")
+        assert f"127.0.0.1:{redis_port}" in refused
