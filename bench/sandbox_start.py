@@ -21,7 +21,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from bot.agents import AgentRequest, egress, egress_policy_for
+from bot.agents import AgentRequest, egress_for_run, egress_policy_for
 from bot.agents.command import CommandAdapter
 from bot.jail import jails_for, sandbox_problem
 from bot.model import utcnow
@@ -46,7 +46,7 @@ async def start_once(mode: str, root: Path, round_number: int) -> float:
     brief = run_dir / "io" / "brief.md"
     brief.write_text("Nothing to do.\n")
     began = time.perf_counter()
-    async with egress(egress_policy_for(settings), "bench") as (egress_dir, _):
+    async with egress_for_run(egress_policy_for(settings), "bench") as (egress_dir, _):
         jail = jails_for(settings).make(
             worktree=worktree,
             home=root / "home",

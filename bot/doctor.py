@@ -30,7 +30,7 @@ import redis
 from gidgethub import GitHubException, apps
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from bot.agents import AgentConfigError, adapter_for, egress, egress_policy_for
+from bot.agents import AgentConfigError, adapter_for, egress_for_run, egress_policy_for
 from bot.github import GitHubApp
 from bot.jail import Network, bridge_python, jails_for, sandbox_problem
 from bot.manifest import ManifestError, load_manifest
@@ -487,7 +487,7 @@ async def probe_sandbox(settings: Settings) -> Finding:
         try:
             async with (
                 _quiet(EGRESS_LOGGER),  # the proxy refusing the probe is the probe's finding
-                egress(egress_policy_for(settings), "baton doctor") as (egress_dir, _),
+                egress_for_run(egress_policy_for(settings), "baton doctor") as (egress_dir, _),
             ):
                 jail = jails_for(settings).make(
                     worktree=worktree,

@@ -67,6 +67,19 @@ class Identity:
     name: str
     email: str
 
+    def config(self) -> list[str]:
+        """Return the `-c` options every git of Baton's runs with: who, unsigned, no hooks."""
+        return [
+            "-c",
+            f"user.name={self.name}",
+            "-c",
+            f"user.email={self.email}",
+            "-c",
+            "commit.gpgsign=false",
+            "-c",
+            "core.hooksPath=/dev/null",
+        ]
+
 
 class Git:
     """Run git commands against one directory at a time."""
@@ -76,17 +89,7 @@ class Git:
 
     async def run(self, cwd: Path, *args: str, token: str | None = None) -> str:
         """Run `git -C cwd args`, returning stdout; raise GitError with secrets masked."""
-        config = [
-            "-c",
-            f"user.name={self.identity.name}",
-            "-c",
-            f"user.email={self.identity.email}",
-            "-c",
-            "commit.gpgsign=false",
-            "-c",
-            "core.hooksPath=/dev/null",
-        ]
-        argv = ["-C", str(cwd), *config, *args]
+        argv = ["-C", str(cwd), *self.identity.config(), *args]
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": os.environ.get("HOME", "/"),
@@ -165,18 +168,7 @@ class CheckoutGit:
 
     async def run(self, checkout: Path, objects: Path, *args: str, check: bool = True) -> Done:
         """Run `git args` in checkout; objects is the mirror's store its alternates name."""
-        config = [
-            "-c",
-            f"user.name={self.identity.name}",
-            "-c",
-            f"user.email={self.identity.email}",
-            "-c",
-            "commit.gpgsign=false",
-            "-c",
-            "core.hooksPath=/dev/null",
-            "-c",
-            "core.fsmonitor=false",
-        ]
+        config = [*self.identity.config(), "-c", "core.fsmonitor=false"]
         with tempfile.TemporaryDirectory(prefix="baton-git-") as scratch_dir:
             scratch = Path(scratch_dir)
             env = {

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 _REPO_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
@@ -143,6 +143,9 @@ class StateChange(BaseModel):
     note: str | None = None
 
 
+RESULT_TEXT_LIMIT = 200_000  # characters of an agent's report kept with its run
+
+
 class AgentResult(BaseModel):
     """What one agent process did, normalized across agent CLIs."""
 
@@ -180,6 +183,15 @@ class AgentResult(BaseModel):
     refused_hosts: list[str] = Field(
         default_factory=list, description="host:port the agent's sandbox refused to reach"
     )
+
+    @field_validator("result_text")
+    @classmethod
+    def _bounded_text(cls, text: str | None) -> str | None:
+        # The agent's words are kept with the run in Redis and quoted in briefs: bounded.
+        if text is None or len(text) <= RESULT_TEXT_LIMIT:
+            return text
+        cut = len(text) - RESULT_TEXT_LIMIT
+        return f"{text[:RESULT_TEXT_LIMIT]}\n[baton: {cut} more characters cut here]"
 
     @property
     def duration(self) -> timedelta:

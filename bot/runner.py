@@ -16,7 +16,7 @@ from bot.agents import (
     AgentRequest,
     adapter_for,
     agent_home,
-    egress,
+    egress_for_run,
     egress_policy_for,
     programs_of,
 )
@@ -518,7 +518,7 @@ class _Attempt:
     ) -> AgentResult:
         io_dir = run_dir / "io"
         io_dir.mkdir(parents=True, exist_ok=True)
-        brief_path = io_dir / "brief.md"
+        brief_path = run_dir / "brief.md"  # shown read-only: the agent cannot swap it
         brief_path.write_text(
             render.brief(
                 str(data["title"]),
@@ -531,12 +531,15 @@ class _Attempt:
         )
         home = agent_home(self.settings.data_dir, self.issue.repo, self.issue.number)
         policy = egress_policy_for(self.settings)
-        async with egress(policy, str(self.issue)) as (egress_dir, proxy):
+        async with egress_for_run(policy, str(self.issue)) as (egress_dir, proxy):
             jail = self.services.jails.make(
                 worktree=worktree,
                 home=home,
                 scratch=run_dir / "jail",
-                readable=(self.services.workspace.mirror_path(self.issue.repo) / "objects",),
+                readable=(
+                    self.services.workspace.mirror_path(self.issue.repo) / "objects",
+                    brief_path,
+                ),
                 writable=(io_dir,),
                 network=self.settings.agent_network,
                 egress_dir=egress_dir,

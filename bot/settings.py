@@ -216,6 +216,15 @@ class Settings(BaseSettings):
             return [name.strip() for name in value.split(",") if name.strip()]
         return value
 
+    @field_validator("agent_allowed_hosts", mode="after")
+    @classmethod
+    def _host_ports(cls, entries: list[str]) -> list[str]:
+        from bot.agents.egress import parse_host_port  # the proxy's own reading of an entry
+
+        for entry in entries:
+            parse_host_port(entry)  # a ValueError names the entry
+        return entries
+
     @field_validator("data_dir", "agent_extra_paths", mode="after")
     @classmethod
     def _absolute(cls, value: Path | list[Path]) -> Path | list[Path]:

@@ -370,28 +370,6 @@ async def test_an_agent_that_changes_nothing_escalates_no_change(
     assert await maintainer.pulls(repo) == []
 
 
-async def test_the_agent_holds_no_credential(
-    stack: LocalBaton, maintainer: Maintainer, store: Store, tmp_path: Path
-) -> None:
-    dump = tmp_path / "agent-env.json"
-    repo = await new_repo(maintainer, stack)
-    issue = await maintainer.open_issue(repo, "Show env", f"agent: env-dump {dump}")
-    number = int(issue["number"])
-    await maintainer.add_label(repo, number, "baton:queue")
-    await eventually(lambda: run_state(store, repo, number, RunState.NO_CHANGE), "the run ending")
-    env = json.loads(dump.read_text())
-    secrets = {
-        stack.webhook_secret,
-        stack.admin_token,
-        Path(stack.sandbox_env["GITHUB_PRIVATE_KEY_PATH"]).read_text().strip(),
-    }
-    assert not [name for name, value in env.items() if any(s in value for s in secrets)]
-    assert not {"GITHUB_PRIVATE_KEY_PATH", "GITHUB_WEBHOOK_SECRET", "REDIS_URL"} & set(env)
-    identity = f"{stack.sandbox_env['GITHUB_APP_ID']}@{stack.sandbox_url}"
-    token = store.installation_token(identity, 1)
-    assert token is not None and not [v for v in env.values() if token in v]
-
-
 async def test_concurrent_and_repeated_deliveries_make_one_run(
     stack: LocalBaton, maintainer: Maintainer, store: Store
 ) -> None:

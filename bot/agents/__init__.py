@@ -32,7 +32,7 @@ __all__ = [
     "adapter_for",
     "agent_home",
     "build_adapter",
-    "egress",
+    "egress_for_run",
     "egress_policy_for",
     "programs_of",
 ]
@@ -100,7 +100,7 @@ def egress_policy_for(settings: Settings) -> EgressPolicy | None:
 
 
 @asynccontextmanager
-async def egress(
+async def egress_for_run(
     policy: EgressPolicy | None, run_label: str
 ) -> AsyncIterator[tuple[Path | None, Egress | None]]:
     """Serve the agent's proxy for one run: its socket's directory, and the proxy itself.

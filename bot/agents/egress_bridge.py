@@ -10,19 +10,19 @@ Unix socket, runs COMMAND with this process's stdin, stdout and stderr, hands it
 signals meant for the sandbox, and exits as COMMAND did. It prints nothing to stdout,
 which belongs to COMMAND; its own complaints go to stderr, each prefixed `baton-bridge:`.
 
-It uses the standard library only (`-I -S` keeps site-packages and the environment out)
-and no syntax newer than Python 3.8, since the sandbox's interpreter is whatever the host
-has. It lives in a file of its own so that it is linted and type-checked like any module.
+It uses the standard library only (`-I -S` keeps site-packages and the environment out),
+and of it only what starts fast (`os`, `_thread`, `socket`; not `subprocess` or
+`threading`): it runs before every agent, and its start is the sandbox's largest cost.
+It lives in a file of its own so that it is linted and type-checked like any module.
 """
 
 from __future__ import annotations
 
-import contextlib
+import _thread
+import os
 import signal
 import socket
-import subprocess
 import sys
-import threading
 import time
 
 CHUNK = 65536
@@ -43,25 +43,37 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         complain(f"cannot listen on 127.0.0.1:{port}: {exc}")
         return CANNOT_START
-    threading.Thread(target=accept_forever, args=(listener, socket_path), daemon=True).start()
     forwarder = Forwarder()
     for signum in FORWARDED_SIGNALS:
         signal.signal(signum, forwarder.handle)
+    # Started before any thread: the child is a clean fork that becomes the command.
+    # Connections it makes before the accept loop runs wait in the listener's backlog.
+    child = os.fork()
+    if child == 0:
+        run_command(command)
+    _thread.start_new_thread(accept_forever, (listener, socket_path))
+    forwarder.start(child)
+    _, status = os.waitpid(child, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code  # death by signal N is reported as -N
+
+
+def run_command(command: list[str]) -> None:
+    """Become the command, in the forked child; never return."""
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
     try:
-        child = subprocess.Popen(command)  # inherits stdin, stdout and stderr
+        os.execvp(command[0], command)  # inherits stdin, stdout and stderr
     except OSError as exc:
         complain(f"cannot start {command[0]}: {exc}")
-        return CANNOT_START
-    forwarder.start(child)
-    code = child.wait()
-    return 128 - code if code < 0 else code  # Popen reports death by signal N as -N
+    os._exit(CANNOT_START)
 
 
 class Forwarder:
     """Hand the signals the bridge receives to its child, keeping any that came too early."""
 
     def __init__(self) -> None:
-        self.child: subprocess.Popen[bytes] | None = None
+        self.child: int | None = None
         self.early: list[int] = []
 
     def handle(self, signum: int, _frame: object) -> None:
@@ -69,13 +81,21 @@ class Forwarder:
         if self.child is None:
             self.early.append(signum)
         else:
-            self.child.send_signal(signum)
+            send(self.child, signum)
 
-    def start(self, child: subprocess.Popen[bytes]) -> None:
+    def start(self, child: int) -> None:
         """Forward from now on to child, beginning with what came before it started."""
         self.child = child
         for signum in self.early:
-            child.send_signal(signum)
+            send(child, signum)
+
+
+def send(pid: int, signum: int) -> None:
+    """Signal pid, unless it is already gone."""
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def listen(port: int) -> socket.socket:
@@ -96,7 +116,7 @@ def accept_forever(listener: socket.socket, socket_path: str) -> None:
             complain(f"cannot accept a connection: {exc}")
             time.sleep(0.5)  # e.g. out of file descriptors: wait instead of spinning
             continue
-        threading.Thread(target=relay, args=(client, socket_path), daemon=True).start()
+        _thread.start_new_thread(relay, (client, socket_path))
 
 
 def relay(client: socket.socket, socket_path: str) -> None:
@@ -108,14 +128,15 @@ def relay(client: socket.socket, socket_path: str) -> None:
         complain(f"cannot reach the proxy at {socket_path}: {exc}")
         close(client, upstream)
         return
-    backward = threading.Thread(target=pump, args=(upstream, client), daemon=True)
-    backward.start()
+    backward_done = _thread.allocate_lock()
+    backward_done.acquire()
+    _thread.start_new_thread(pump, (upstream, client, backward_done))
     pump(client, upstream)
-    backward.join()
+    backward_done.acquire()  # released when the other direction has ended
     close(client, upstream)
 
 
-def pump(source: socket.socket, sink: socket.socket) -> None:
+def pump(source: socket.socket, sink: socket.socket, done: _thread.LockType | None = None) -> None:
     """Copy source to sink; pass its end on as a half-close, so the other way keeps going."""
     try:
         while True:
@@ -127,8 +148,13 @@ def pump(source: socket.socket, sink: socket.socket) -> None:
     except OSError:
         # One side is gone: shutting both down wakes the other pump's blocking recv.
         for sock in (source, sink):
-            with contextlib.suppress(OSError):
+            try:
                 sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+    finally:
+        if done is not None:
+            done.release()
 
 
 def close(*socks: socket.socket) -> None:

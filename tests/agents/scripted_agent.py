@@ -7,7 +7,6 @@ says in its issue what the agent does:
     agent: commit MESSAGE      commit what is there so far
     agent: sleep SECONDS
     agent: exit CODE           stop with that exit code
-    agent: env-dump PATH       write the environment as JSON to PATH (outside the worktree)
     agent: window SECONDS      report a provider usage window that resets in SECONDS, and stop
     agent: fail-costing USD    report a failed run that cost USD, and stop
     agent: merge REF           merge REF into the branch, leaving any conflict to resolve
@@ -73,8 +72,6 @@ def main() -> int:
             Path(os.environ["BATON_RESULT"]).write_text(json.dumps(report))
             print(f"failed after spending ${rest}", file=sys.stderr)
             return 1
-        elif verb == "env-dump":
-            Path(rest).write_text(json.dumps(dict(os.environ)))
     print("Done: followed the issue's instructions.")
     return 0
 

@@ -1,0 +1,189 @@
+"""The agent's jail: what bubblewrap is told (pure), and what a process inside really sees."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bot.jail import (
+    AGENT_UID,
+    EGRESS_DIR_INSIDE,
+    Jail,
+    Jails,
+    Mount,
+    bwrap_argv,
+    install_root,
+    passwd_lines,
+    without_secrets,
+)
+
+HOME = Path("/home/worker")
+
+
+def jail(tmp: Path, **fields: object) -> Jail:
+    values: dict[str, object] = {
+        "worktree": tmp / "wt",
+        "home": tmp / "home",
+        "tmp": tmp / "tmp",
+        "passwd_dir": tmp / "etc",
+        "system": (Mount("ro", "/usr", "/usr"), Mount("link", "usr/bin", "/bin")),
+        "python": "/usr/bin/python3",
+        **fields,
+    }
+    return Jail(**values)  # type: ignore[arg-type]
+
+
+def pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
+    return [(argv[i + 1], argv[i + 2]) for i, arg in enumerate(argv) if arg == flag]
+
+
+def test_every_namespace_is_its_own_and_the_jail_dies_with_its_worker() -> None:
+    argv = bwrap_argv(jail(Path("/r")), ["agent", "--flag"])
+    for flag in ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"):
+        assert flag in argv
+    assert "--unshare-net" in argv  # every mode: the host's loopback is never shared
+    assert "--die-with-parent" in argv
+    assert argv[argv.index("--uid") + 1] == str(AGENT_UID)
+    assert argv[argv.index("--cap-drop") + 1] == "ALL"
+    assert argv[-3:] == ["--", "agent", "--flag"]
+    assert argv[argv.index("--chdir") + 1] == "/r/wt"
+
+
+def test_the_view_is_the_system_read_only_and_the_run_s_own_directories_writable() -> None:
+    view = jail(
+        Path("/r"),
+        readable=(Path("/opt/node"),),
+        masked=(Path("/opt/node/.npmrc"),),
+        writable=(Path("/cache/pip"),),
+    )
+    argv = bwrap_argv(view, ["true"])
+    assert ("/usr", "/usr") in pairs(argv, "--ro-bind")
+    assert ("usr/bin", "/bin") in pairs(argv, "--symlink")
+    assert ("/opt/node", "/opt/node") in pairs(argv, "--ro-bind")
+    assert ("/dev/null", "/opt/node/.npmrc") in pairs(argv, "--ro-bind")
+    writable = pairs(argv, "--bind")
+    assert ("/r/tmp", "/tmp") in writable and ("/r/home", "/r/home") in writable
+    assert ("/cache/pip", "/cache/pip") in writable and ("/r/wt", "/r/wt") in writable
+    assert ("/r/etc/passwd", "/etc/passwd") in pairs(argv, "--ro-bind")
+    # The private tmp goes first: a later mount under the host's /tmp must not be hidden.
+    assert argv.index("/tmp") < argv.index("/opt/node")
+    assert "/root" not in argv and "/etc/shadow" not in argv
+
+
+def test_with_network_the_bridge_runs_first_and_the_proxy_socket_is_shown() -> None:
+    view = jail(Path("/r"), network="allowlist", egress_dir=Path("/tmp/baton-egress-x"))
+    argv = bwrap_argv(view, ["agent"])
+    assert ("/tmp/baton-egress-x", str(EGRESS_DIR_INSIDE)) in pairs(argv, "--ro-bind")
+    after = argv[argv.index("--") + 1 :]
+    assert after[:3] == ["/usr/bin/python3", "-I", "-S"] and after[-2:] == ["--", "agent"]
+    env = view.environment({"PATH": "/usr/bin"})
+    assert env["HTTPS_PROXY"] == env["http_proxy"] == "http://127.0.0.1:3128"
+    assert env["NO_PROXY"] == ""
+    assert "HTTPS_PROXY" not in jail(Path("/r"), network="none").environment({})
+
+
+@pytest.mark.parametrize(
+    ("target", "root"),
+    [
+        (
+            "/opt/node/lib/node_modules/@anthropic-ai/claude-code/cli.js",
+            "/opt/node/lib/node_modules/@anthropic-ai/claude-code",
+        ),
+        ("/opt/tools/lib/node_modules/aider/bin/x.js", "/opt/tools/lib/node_modules/aider"),
+        (
+            "/home/worker/.pyenv/versions/3.12.1/bin/python3.12",
+            "/home/worker/.pyenv/versions/3.12.1",
+        ),
+        ("/home/worker/bin/tool", "/home/worker/bin"),  # never the whole home
+        ("/bin/tool", "/bin"),
+        ("/srv/agent/run.py", "/srv/agent"),
+    ],
+)
+def test_a_program_is_shown_with_what_it_was_installed_with(target: str, root: str) -> None:
+    assert install_root(Path(target), HOME) == Path(root)
+
+
+def test_nothing_shown_holds_a_secret(tmp_path: Path) -> None:
+    data = tmp_path / "srv" / "baton"
+    shown = [tmp_path / "srv", data / "mirrors" / "o" / "r.git" / "objects", tmp_path / "venv"]
+    assert without_secrets(shown, [data]) == (shown[1], shown[2])
+
+
+def test_the_jail_has_one_user_whose_home_is_its_own() -> None:
+    passwd, group = passwd_lines(Path("/data/homes/o/r/issue-1"))
+    assert passwd == "agent:x:1000:1000:Baton agent:/data/homes/o/r/issue-1:/bin/sh\n"
+    assert group == "agent:x:1000:\n"
+
+
+# -- a real jail ---------------------------------------------------------------------------
+
+LOOK = r"""
+import json, os, socket, sys
+from pathlib import Path
+seen = {}
+def attempt(name, fn):
+    try:
+        seen[name] = ["yes", str(fn())[:200]]
+    except Exception as exc:
+        seen[name] = ["no", f"{type(exc).__name__}: {exc}"[:200]]
+secret, data, extra, worker = sys.argv[1:5]
+attempt("read secret", lambda: Path(secret).read_text())
+attempt("list data", lambda: os.listdir(data))
+attempt("write extra", lambda: (Path(extra) / "cache").write_text("kept"))
+attempt("write worktree", lambda: Path("made-here").write_text("ok"))
+attempt("write usr", lambda: Path("/usr/baton-was-here").write_text("x"))
+attempt("worker environ", lambda: Path(f"/proc/{worker}/environ").read_bytes())
+attempt("read shadow", lambda: Path("/etc/shadow").read_text())
+seen["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+seen["uid"] = os.getuid()
+seen["hostname"] = socket.gethostname()
+seen["cwd"] = os.getcwd()
+print(json.dumps(seen))
+"""
+
+
+def test_inside_the_jail_only_the_worktree_home_tmp_and_extra_paths_can_be_touched(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    secret = data / "app.pem"
+    data.mkdir()
+    secret.write_text("-----BEGIN PRIVATE KEY-----")
+    extra = tmp_path / "pip-cache"
+    worktree = data / "worktrees" / "o" / "r" / "issue-1"
+    worktree.mkdir(parents=True)
+    jails = Jails(enabled=True, path=os.environ["PATH"], extra_paths=[extra], secrets=[data])
+    made = jails.make(
+        worktree=worktree,
+        home=data / "homes" / "issue-1",
+        scratch=data / "runs" / "1" / "jail",
+        programs=(sys.executable,),
+    )
+    assert made is not None
+    argv = made.command(
+        [sys.executable, "-I", "-c", LOOK, str(secret), str(data), str(extra), str(os.getpid())]
+    )
+    done = subprocess.run(
+        argv,
+        cwd=worktree,
+        env=made.environment({"PATH": "/usr/bin:/bin"}),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["read secret"][0] == "no"
+    assert seen["list data"][0] == "no" or "app.pem" not in seen["list data"][1]
+    assert seen["write extra"][0] == "yes" and (extra / "cache").read_text() == "kept"
+    assert seen["write worktree"][0] == "yes" and (worktree / "made-here").exists()
+    assert seen["write usr"][0] == "no"
+    assert seen["worker environ"][0] == "no"
+    assert seen["read shadow"][0] == "no"
+    assert max(seen["pids"]) < 10, "only the jail's own few processes are visible"
+    assert (seen["uid"], seen["hostname"], seen["cwd"]) == (AGENT_UID, "baton-agent", str(worktree))
