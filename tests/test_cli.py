@@ -78,6 +78,52 @@ def test_worker_refuses_an_agent_it_cannot_run(redis_url: str, tmp_path: Path) -
     assert "BATON_AGENT_COMMAND must be set" in result.stderr
 
 
+def test_a_worker_whose_sandbox_cannot_start_refuses_to_run_agents(
+    redis_url: str, tmp_path: Path
+) -> None:
+    key = tmp_path / "key.pem"
+    key.write_text("not really a key")
+    no_bwrap = tmp_path / "bin"  # a PATH with git, but no bubblewrap
+    no_bwrap.mkdir()
+    for tool in ("git", "true"):
+        found = subprocess.run(["which", tool], capture_output=True, text=True).stdout.strip()
+        (no_bwrap / tool).symlink_to(found)
+    result = baton(
+        "worker",
+        "--burst",
+        REDIS_URL=redis_url,
+        GITHUB_APP_ID="1",
+        GITHUB_PRIVATE_KEY_PATH=str(key),
+        BATON_AGENT_COMMAND="true",
+        PATH=str(no_bwrap),
+    )
+    assert (result.returncode, result.stderr.strip()) == (
+        2,
+        "baton worker: this worker cannot contain its agents: bwrap is not installed: install "
+        "bubblewrap (apt-get install bubblewrap), or set BATON_AGENT_SANDBOX=off to run agents "
+        "uncontained",
+    )
+
+
+def test_a_worker_with_the_sandbox_off_says_so_when_it_starts(
+    redis_url: str, tmp_path: Path
+) -> None:
+    key = tmp_path / "key.pem"
+    key.write_text("not really a key")
+    result = baton(
+        "worker",
+        "--burst",
+        "--queues",
+        "baton-agents",
+        REDIS_URL=redis_url,
+        GITHUB_APP_ID="1",
+        GITHUB_PRIVATE_KEY_PATH=str(key),
+        BATON_AGENT_COMMAND="true",
+        BATON_AGENT_SANDBOX="off",
+    )
+    assert "BATON_AGENT_SANDBOX=off: agents run uncontained" in result.stderr
+
+
 @pytest.mark.parametrize(("name", "value"), [("PORT", "eighty"), ("BATON_AGENT", "gpt")])
 def test_malformed_settings_name_the_variable(redis_url: str, name: str, value: str) -> None:
     result = baton("status", REDIS_URL=redis_url, **{name: value})
