@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from datetime import datetime
+from functools import partial
 from typing import Any
 
 from gidgethub import BadRequest
@@ -40,37 +42,62 @@ from bot.github import GitHubApp, GitHubClient, github_app
 from bot.labels import recorded_labels, set_state_label
 from bot.model import Chain, IssueRef, Run, RunState, utcnow
 from bot.recovery import Services, conclude, post_status
+from bot.snapshot import Snapshot, queue, snapshot
+from bot.standing import queued_by_a_steerer
+from bot.store import Store
 from bot.tracker import label_names, load_repo_config, read_issue
 
 log = logging.getLogger(__name__)
 
 
-async def queue_chain(services: Services, issue: IssueRef) -> Chain | None:
+async def queue_chain(
+    services: Services,
+    issue: IssueRef,
+    queued_by: str | None = None,
+    text: Snapshot | None = None,
+) -> Chain | None:
     """Plan the chain a queued issue names and start its first incomplete link.
 
     A refused chain (a cycle, a missing issue, another repository, a strict
-    pre-flight) gets one clear comment and nothing is provisioned.
+    pre-flight) gets one clear comment and nothing is provisioned. So does one
+    queued by someone who may not steer Baton (queued_by, or whom the issue's
+    events name), and its queue label comes off.
+
+    text is the issue as it was queued: the chain is planned from it, and it is the
+    text of the issue's own link. Every other link's text is recorded as it reads now.
     """
     settings, store = services.settings, services.store
     async with github_app(settings, store) as app:
         gh = await app.for_installation(issue.installation_id)
         data = await read_issue(gh, issue)
+        if text is not None:
+            data = {**data, "title": text.title, "body": text.body}
         labels = label_names(data)
         repo = await gh.getitem("/repos/{+repo}", {"repo": issue.repo})
         ours = settings.labels  # until the repository's file names its own
+        judged = False  # whether who queued it was judged by the repository's rule
         try:
             file = await load_repo_config(gh, store, issue.repo, str(repo["default_branch"]))
-            ours = apply_repo_config(settings, file.config).labels
+            applied = apply_repo_config(settings, file.config)
+            ours = applied.labels
             if ours.queue not in labels or data["state"] != "open":
                 log.info("%s: no longer queued; not planning its chain", issue)
                 return None
+            if await queued_by_a_steerer(gh, store, applied, issue, queued_by) is None:
+                return None
+            judged = True
             refused = file.refused_by(settings)  # asks for more than the deployment allows
             if refused is not None:
                 raise refused
-            chain = await _plan(gh, issue, data, file.config.strict_preflight)
+            chain, facts = await _plan(gh, issue, data, file.config.strict_preflight)
         except (ChainRefused, InvalidRepoConfig) as exc:
             if ours.queue not in labels:
                 return None
+            if (
+                not judged
+                and await queued_by_a_steerer(gh, store, settings, issue, queued_by) is None
+            ):
+                return None  # an unreadable file: the deployment's rule, before anything is said
             log.warning("%s: chain refused: %s", issue, exc)
             await set_state_label(gh, store, services.dispatch, ours, issue, ours.escalated, labels)
             await post_status(
@@ -79,6 +106,8 @@ async def queue_chain(services: Services, issue: IssueRef) -> Chain | None:
             return None
         chain = store.save_chain(chain)
         log.info("%s: chain %s of links %s", issue, chain.chain_id, chain.links)
+        at = text.at if text is not None else utcnow()
+        _record_link_texts(store, chain, facts, at, queued_by)
         # Taken off the queue: the chain, not a second delivery, moves it from here.
         await set_state_label(gh, store, services.dispatch, ours, issue, ours.in_progress, labels)
         await advance(services, gh, chain, requeued=True)
@@ -288,13 +317,16 @@ async def _restamp_manifests(gh: GitHubClient, chain: Chain, links: list[Manifes
             await gh.patch("/repos/{+repo}/pulls/{number}", url_vars, data={"body": stamped})
 
 
-async def _plan(gh: GitHubClient, issue: IssueRef, data: dict[str, Any], strict: bool) -> Chain:
+async def _plan(
+    gh: GitHubClient, issue: IssueRef, data: dict[str, Any], strict: bool
+) -> tuple[Chain, Mapping[int, IssueFacts]]:
+    """Return the chain the issue names, and what was read of each issue in it."""
     body = data.get("body")
     if is_tracking_issue(body, issue.repo):
         listed = task_list(body, issue.repo)
-        facts = await _issue_facts(gh, issue, listed)
-        planned = preflight(listed, facts, issue.repo, strict)
-        return Chain(
+        listed_facts = await _issue_facts(gh, issue, listed)
+        planned = preflight(listed, listed_facts, issue.repo, strict)
+        tracked = Chain(
             installation_id=issue.installation_id,
             repo=issue.repo,
             head=issue.number,
@@ -302,19 +334,35 @@ async def _plan(gh: GitHubClient, issue: IssueRef, data: dict[str, Any], strict:
             links=planned.order,
             warnings=planned.warnings,
         )
+        return tracked, listed_facts
     facts = {issue.number: _facts_of(data)}
     absent: set[int] = set()
     while missing := set(dependency_closure(issue.number, facts, issue.repo)) - absent:
         fetched = await _issue_facts(gh, issue, sorted(missing))
         absent |= missing - fetched.keys()
         facts.update(fetched)
-    return Chain(
+    chain = Chain(
         installation_id=issue.installation_id,
         repo=issue.repo,
         head=issue.number,
         tracking=False,
         links=chain_from_dependencies(issue.number, facts, issue.repo),
     )
+    return chain, facts
+
+
+def _record_link_texts(
+    store: Store, chain: Chain, facts: Mapping[int, IssueFacts], at: datetime, by: str | None
+) -> None:
+    """Record each link's text as read when its chain was queued (at that time, by by).
+
+    The head's facts hold its text as queued; every other link's, as read then.
+    """
+    for number in chain.links:
+        if number in facts:
+            read = facts[number]
+            text = snapshot(read.title, read.body, at, by, "chain")
+            store.update_queued_text(chain.issue(number), partial(queue, queued=text))
 
 
 async def _issue_facts(

@@ -3,7 +3,8 @@
 Pure: parsing takes the file's text and returns a RepoConfig or raises a ConfigError
 that names each bad key and its line. Every key is optional; an unset key leaves the
 deployment's own setting in force. A file can lower the deployment's limits, never raise
-them, and names commands for the worker only where the deployment allows it.
+them, can raise the role needed to steer Baton, never lower it, and names commands for
+the worker only where the deployment allows it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from bot.commands import Role, role_rank
 from bot.settings import Settings
 
 CONFIG_PATH = ".github/baton.yml"
@@ -207,6 +209,13 @@ class RepoConfig(_FileModel):
         "go back to the agent. Unset: `BATON_REQUIRED_CHECKS` (every check suite and commit "
         "status on the head, unless set).",
     )
+    steer_min_role: Role | None = Field(
+        default=None,
+        description="The least repository role (`read`, `triage`, `write`, `maintain`, "
+        "`admin`) whose queue labels, requested changes, review comments and comment "
+        "commands Baton acts on in this repository. It can raise `BATON_STEER_MIN_ROLE`, "
+        "never lower it. Unset: `BATON_STEER_MIN_ROLE` (`write`).",
+    )
     setup: list[Annotated[str, AfterValidator(_splits_into_words)]] | None = Field(
         default=None,
         description="Commands run in order in the worktree before each attempt's agent starts "
@@ -286,7 +295,8 @@ def check_repo_limits(settings: Settings, config: RepoConfig) -> list[ConfigProb
     """Return what the file asks for beyond what the deployment allows; empty when nothing.
 
     A capped key may lower the deployment's value or repeat it, never raise it; where
-    the deployment sets no cap, any value lowers it. Commands the worker would run for
+    the deployment sets no cap, any value lowers it. `steer_min_role` may raise the role
+    the deployment asks of whoever steers Baton, never lower it. Commands the worker would run for
     the repository (`agent.adapter: command`, `agent.command`, `setup`) need
     `allow_repo_commands`, unless they are what the deployment runs already.
     """
@@ -301,6 +311,11 @@ def check_repo_limits(settings: Settings, config: RepoConfig) -> list[ConfigProb
                 f"{_number(limit)} (`{variable}`)"
             )
             problems.append(ConfigProblem(key, problem))
+    asked_role, least = config.steer_min_role, settings.steer_min_role
+    if asked_role is not None and role_rank(asked_role) < role_rank(least):
+        variable = Settings.model_fields["steer_min_role"].validation_alias
+        problem = f"asks for `{asked_role}`, below this deployment's `{least}` (`{variable}`)"
+        problems.append(ConfigProblem("steer_min_role", problem))
     if not settings.allow_repo_commands:
         agent = config.agent
         commands = {
@@ -347,6 +362,7 @@ def apply_repo_config(settings: Settings, config: RepoConfig) -> Settings:
         "halt_on_usage_window": ("halt_on_usage_window", config.halt_on_usage_window),
         "max_concurrent_runs": ("max_concurrent_runs_per_repo", config.max_concurrent_runs),
         "required_checks": ("required_checks", config.required_checks),
+        "steer_min_role": ("steer_min_role", config.steer_min_role),
         "labels.queue": ("queue_label", config.labels.queue),
         "labels.in_progress": ("in_progress_label", config.labels.in_progress),
         "labels.review": ("review_label", config.labels.review),
@@ -599,6 +615,7 @@ max_concurrent_runs: 2
 required_checks:
   - test (3.12)
   - lint
+steer_min_role: maintain
 setup:  # where the deployment sets BATON_ALLOW_REPO_COMMANDS
   - npm ci
   - sh -c 'make generate && make schema'
@@ -631,7 +648,9 @@ def config_reference() -> str:
         "",
         "A key that sets a limit (attempts, continuations, resumptions, cost, run slots, "
         "wall clock, turns) can lower the deployment's own limit or repeat it, never raise "
-        "it; where the deployment sets none, any value is a lowering. Commands the worker "
+        "it; where the deployment sets none, any value is a lowering. `steer_min_role` is "
+        "the other way round: it can raise the role needed to steer Baton, never lower "
+        "it. Commands the worker "
         "runs for the repository (`agent.adapter: command`, `agent.command`, `setup`) are "
         "honoured only where the deployment sets `BATON_ALLOW_REPO_COMMANDS`. A file that "
         "asks for more is refused like an invalid one: one comment names each key, the "

@@ -120,7 +120,7 @@ def run_demo(keep: bool, workdir: Path | None) -> int:
         agent_command=f"{sys.executable} {Path(demo_agent.__file__).resolve()}",
         # The demo shows a person its logs (and their tails if it fails): text reads better.
         # The status page opens with this token (shown with --keep, for a look around).
-        extra_env={"BATON_LOG_FORMAT": "text", "BATON_OPERATOR_TOKEN": secrets.token_urlsafe(16)},
+        extra_env={"BATON_LOG_FORMAT": "text", "BATON_OPERATOR_TOKEN": secrets.token_urlsafe(32)},
     )
     timeline = Timeline()
     try:

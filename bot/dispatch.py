@@ -16,6 +16,7 @@ from rq.queue import EnqueueData
 
 from bot.model import Chain, IssueRef
 from bot.settings import Settings
+from bot.snapshot import Snapshot
 
 EVENTS = "baton-events"
 AGENTS = "baton-agents"
@@ -61,21 +62,48 @@ class RunMode(enum.StrEnum):
 
 
 def run_issue_job(
-    settings: Settings, issue: IssueRef, key: str, mode: RunMode = RunMode.FRESH, after: int = 0
+    settings: Settings,
+    issue: IssueRef,
+    key: str,
+    mode: RunMode = RunMode.FRESH,
+    after: int = 0,
+    queued_by: str | None = None,
+    text: Snapshot | None = None,
 ) -> JobSpec:
     """Return the job for an attempt at an issue (it claims the issue: a duplicate is harmless).
 
     key makes the job id: the delivery id for a fresh run, the attempt it follows otherwise.
+    queued_by is the login that put the queue label on, for a fresh run, where it is known.
+    text is the issue as its label event carried it (or the sweep read it): the run
+    records it once whoever queued it is known to steer Baton.
     """
     return JobSpec(
         queue=AGENTS,
         func="jobs.run.run_issue",
-        args=(issue.installation_id, issue.repo, issue.number, mode.value, after),
+        args=(
+            issue.installation_id,
+            issue.repo,
+            issue.number,
+            mode.value,
+            after,
+            queued_by or "",
+            *_text_args(text),
+        ),
         job_id=job_id("run", issue.repo, issue.number, mode.value, key),
         # Longer than the agent's own cap, so the run ends itself and reports why.
         timeout_s=int(settings.agent_wall_clock_seconds) + 15 * 60,
         description=f"{mode.value} run {issue}",
     )
+
+
+def _text_args(text: Snapshot | None) -> tuple[str, str, str, str]:
+    """Return the job arguments that carry a queued issue's text: title, body, when, how.
+
+    Empty without one (the job then records the issue as it reads it, if nothing is).
+    """
+    if text is None:
+        return ("", "", "", "")
+    return (text.title, text.body, text.at.isoformat(), text.how)
 
 
 def _event_job(func: str, args: tuple[int | str, ...], description: str) -> JobSpec:
@@ -97,12 +125,20 @@ def settle_head_job(installation_id: int, repo: str, head_sha: str) -> JobSpec:
     )
 
 
-def review_job(installation_id: int, repo: str, pull: int, review_id: int, author: str) -> JobSpec:
-    """Return the job that sends a pull request's requested changes back to the agent."""
-    return _event_job(
-        "settle.settle_review",
-        (installation_id, repo, pull, review_id, author),
-        f"review {repo}#{pull}",
+def review_job(
+    installation_id: int, repo: str, pull: int, review_id: int, author: str, submitted_at: str
+) -> JobSpec:
+    """Return the job that sends a pull request's requested changes back to the agent.
+
+    submitted_at is when GitHub says the review was submitted (ISO 8601).
+    """
+    return JobSpec(
+        queue=EVENTS,
+        func="jobs.settle.settle_review",
+        args=(installation_id, repo, pull, review_id, author, submitted_at),
+        job_id=job_id("settle_review", repo, review_id),  # one job per review, however delivered
+        timeout_s=SETTLE_TIMEOUT_S,
+        description=f"review {repo}#{pull}",
     )
 
 
@@ -131,12 +167,18 @@ def repo_config_job(installation_id: int, repo: str, sha: str) -> JobSpec:
     )
 
 
-def queue_chain_job(issue: IssueRef, key: str) -> JobSpec:
-    """Return the job that plans the chain a queued issue names, and starts its first link."""
+def queue_chain_job(
+    issue: IssueRef, key: str, queued_by: str | None = None, text: Snapshot | None = None
+) -> JobSpec:
+    """Return the job that plans the chain a queued issue names, and starts its first link.
+
+    queued_by is the login that put the queue label on, where it is known. text is
+    the issue as its label event carried it: the chain is planned from it.
+    """
     return JobSpec(
         queue=EVENTS,
         func="jobs.chains.queue_chain",
-        args=(issue.installation_id, issue.repo, issue.number),
+        args=(issue.installation_id, issue.repo, issue.number, queued_by or "", *_text_args(text)),
         job_id=job_id("chain", issue.repo, issue.number, key),
         timeout_s=SETTLE_TIMEOUT_S,
         description=f"queue chain {issue}",
@@ -156,6 +198,43 @@ def advance_chain_job(chain: Chain, because: str) -> JobSpec:
         job_id=job_id("advance", chain.repo, chain.head, because),
         timeout_s=SETTLE_TIMEOUT_S,
         description=f"advance chain {chain.chain_id}",
+    )
+
+
+def issue_edited_job(
+    issue: IssueRef,
+    editor: str,
+    delivery_id: str,
+    edited_at: datetime,
+    changed: Sequence[str],
+    title: str,
+    body: str,
+    queue_label_on: bool,
+) -> JobSpec:
+    """Return the job that judges editor's edit of an issue's title or body.
+
+    changed names the fields the edit changed; title and body are the issue as the
+    edit left it, at edited_at (GitHub's time), and queue_label_on whether it then
+    carried the queue label.
+    """
+    return JobSpec(
+        queue=EVENTS,
+        func="jobs.edits.issue_edited",
+        args=(
+            issue.installation_id,
+            issue.repo,
+            issue.number,
+            editor,
+            delivery_id,
+            edited_at.isoformat(),
+            ",".join(changed),
+            title,
+            body,
+            int(queue_label_on),
+        ),
+        job_id=job_id("edited", issue.repo, issue.number, delivery_id),
+        timeout_s=SETTLE_TIMEOUT_S,
+        description=f"edited {issue}",
     )
 
 
@@ -222,7 +301,15 @@ class Dispatcher:
         return cls(redis.Redis.from_url(url), settings)
 
     def enqueue(self, specs: Sequence[JobSpec], skip_existing: bool = False) -> None:
-        """Enqueue jobs in one round trip; with skip_existing, leave out ids RQ already has."""
+        """Enqueue jobs in one round trip; with skip_existing, leave out ids RQ already has.
+
+        A job id given twice (one review or comment in two deliveries) is enqueued once:
+        RQ refuses a batch that names an id twice.
+        """
+        unique: dict[str, JobSpec] = {}
+        for spec in specs:
+            unique.setdefault(spec.job_id, spec)
+        specs = list(unique.values())
         if skip_existing and specs:
             with self.connection.pipeline(transaction=False) as pipe:
                 for spec in specs:

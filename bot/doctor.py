@@ -30,12 +30,19 @@ import redis
 from gidgethub import GitHubException, apps
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from bot.agents import AgentConfigError, adapter_for, egress_for_run, egress_policy_for
+from bot.agents import (
+    TESTED_VERSIONS,
+    AgentConfigError,
+    adapter_for,
+    egress_for_run,
+    egress_policy_for,
+)
 from bot.github import GitHubApp
+from bot.ingress import MIN_OPERATOR_TOKEN_CHARS
 from bot.jail import Network, bridge_python, jails_for, sandbox_problem
 from bot.manifest import ManifestError, load_manifest
 from bot.metrics import Tally
-from bot.settings import Settings, SettingsError
+from bot.settings import Settings, SettingsError, operator_token_too_short
 from bot.store import Store
 
 Status = Literal["ok", "warn", "FAIL"]
@@ -51,6 +58,8 @@ PROBE_OUTPUT_CAP = 64 * 1024  # bytes of the probe's stdout, and of its stderr, 
 # The probe is a program of its own (bot/jail_probe.py), run with `python -c` in the sandbox.
 PROBE_SOURCE: str = resources.files("bot").joinpath("jail_probe.py").read_text(encoding="utf-8")
 _GIT_VERSION = re.compile(r"git version (\d+)\.(\d+)")
+AGENT_VERSION_TIMEOUT_S = 15.0
+_AGENT_VERSION = re.compile(r"(?<![\w.])(\d+(?:\.\d+)+)(?![\w.])")
 _LEVELS = {"read": 1, "write": 2}
 
 
@@ -115,6 +124,46 @@ def judge_git(version_output: str | None) -> Finding:
     return ok("git", version_output.strip())
 
 
+def judge_agent_version(
+    agent: str, path: str, version_output: str | None, tested: tuple[str, str] | None
+) -> Finding:
+    """Judge `<cli> --version`'s output (None: it did not answer) against the tested range.
+
+    tested is (the version Baton's tests drive, the range accepted), `x` in the range
+    standing for any number; None when no range is recorded for the agent.
+    """
+    match = _AGENT_VERSION.search(version_output or "")
+    if match is None:
+        said = (
+            f"failed or did not answer within {AGENT_VERSION_TIMEOUT_S:.0f} s"
+            if version_output is None
+            else f"said {version_output.strip()!r}"
+        )
+        return warn(
+            "agent",
+            f"{agent}: {path}, but `{Path(path).name} --version` {said}: cannot tell whether "
+            "Baton reads this version's output right",
+        )
+    found = match.group(1)
+    if tested is None:
+        return ok("agent", f"{agent} {found}: {path} (no tested range is recorded for it)")
+    version, accepted = tested
+    if not _within(found, accepted):
+        return warn(
+            "agent",
+            f"{agent} {found} at {path} is outside the range Baton is tested with "
+            f"({accepted}; its tests run {version}): its output may be misread, so a run's "
+            f"success or failure may be misjudged; install {version}",
+        )
+    return ok("agent", f"{agent} {found}: {path} (tested with {version}, accepted {accepted})")
+
+
+def _within(version: str, accepted: str) -> bool:
+    """Return whether a dotted version fits a range such as `2.1.x` (`x`: any number)."""
+    got, want = version.split("."), accepted.split(".")
+    return len(got) >= len(want) and all(w in ("x", g) for g, w in zip(got, want, strict=False))
+
+
 def judge_persistence(appendonly: str | None, save: str | None) -> Finding:
     """Judge Redis's persistence from CONFIG GET (None: CONFIG is refused, as managed Redis may)."""
     if appendonly is None or save is None:
@@ -137,14 +186,13 @@ def judge_persistence(appendonly: str | None, save: str | None) -> Finding:
     )
 
 
-def judge_webhook_secret(secret: str | None, demo_mode: bool) -> Finding:
+def judge_webhook_secret(secret: str | None) -> Finding:
     """Judge the webhook secret's presence and length (never showing it)."""
     if secret is None:
-        if demo_mode:
-            return warn("webhook secret", "unset: BATON_DEMO accepts unsigned webhooks")
         return fail(
             "webhook secret",
-            "GITHUB_WEBHOOK_SECRET is unset: set it to the App's webhook secret",
+            "GITHUB_WEBHOOK_SECRET is unset: baton web refuses to start without the App's "
+            "webhook secret",
         )
     if len(secret) < MIN_WEBHOOK_SECRET_CHARS:
         return warn(
@@ -153,6 +201,17 @@ def judge_webhook_secret(secret: str | None, demo_mode: bool) -> Finding:
             "(e.g. `openssl rand -hex 20`) in the App's settings and GITHUB_WEBHOOK_SECRET",
         )
     return ok("webhook secret", f"set ({len(secret)} characters)")
+
+
+def judge_operator_token(token: str | None) -> Finding:
+    """Judge the operator token's length (never showing it): baton web refuses a short one."""
+    if token is None:
+        return ok("operator token", "unset: /status and /metrics answer 404")
+    if len(token) < MIN_OPERATOR_TOKEN_CHARS:
+        return fail(
+            "operator token", f"baton web refuses it: {operator_token_too_short(len(token))}"
+        )
+    return ok("operator token", f"set ({len(token)} characters)")
 
 
 def judge_disk(path: Path, writable: bool, free_bytes: int) -> Finding:
@@ -431,9 +490,13 @@ def judge_installation(installation_id: int, account: str, granted: Mapping[str,
 def check_webhook_secret(settings: Settings) -> Finding:
     """Check the webhook secret is set and not trivially short."""
     secret = settings.github_webhook_secret
-    return judge_webhook_secret(
-        secret.get_secret_value() if secret is not None else None, settings.demo_mode
-    )
+    return judge_webhook_secret(secret.get_secret_value() if secret is not None else None)
+
+
+def check_operator_token(settings: Settings) -> Finding:
+    """Check the operator token, when set, is long enough for baton web to accept it."""
+    token = settings.operator_token
+    return judge_operator_token(token.get_secret_value() if token is not None else None)
 
 
 def check_agent(settings: Settings) -> Finding:
@@ -455,7 +518,41 @@ def check_agent(settings: Settings) -> Finding:
     found = shutil.which(program)
     if found is None:
         return fail("agent", missing)
-    return ok("agent", f"{settings.agent}: {found}")
+    if settings.agent == "command":
+        return ok("agent", f"{settings.agent}: {found}")
+    tested = TESTED_VERSIONS.get(settings.agent)
+    return judge_agent_version(settings.agent, found, agent_version(found), tested)
+
+
+def agent_version(path: str) -> str | None:
+    """Return what `<path> --version` prints, or None when it fails or does not answer in time.
+
+    It runs in an empty home of its own, with no update check: asking a version changes nothing.
+    """
+    with tempfile.TemporaryDirectory(prefix="baton-doctor-home-") as home:
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": home,
+            "LANG": "C.UTF-8",
+            "NO_COLOR": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        }
+        try:
+            done = subprocess.run(
+                [path, "--version"],
+                capture_output=True,
+                text=True,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                timeout=AGENT_VERSION_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or done.stderr.strip()
 
 
 def check_disk(settings: Settings) -> Finding:
@@ -575,7 +672,11 @@ async def diagnose() -> list[Finding]:
     findings.append(check_git())
     if settings is not None:
         findings += await check_app(settings)
-        findings += [check_webhook_secret(settings), check_agent(settings)]
+        findings += [
+            check_webhook_secret(settings),
+            check_operator_token(settings),
+            check_agent(settings),
+        ]
         findings += await check_sandbox(settings)
         findings.append(check_disk(settings))
     return findings

@@ -11,14 +11,15 @@ import os
 import re
 import shutil
 import signal
-import stat
 import tempfile
 import unicodedata
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
+from bot.inert import inert
 from bot.jail import Jails
 from bot.logs import redact
 
@@ -26,6 +27,8 @@ log = logging.getLogger(__name__)
 
 GIT_TIMEOUT_S = 600.0
 OUTPUT_CAP = 1024 * 1024  # what Baton reads of a git command run in the agent's checkout
+CHECKOUT_GIT_TIMEOUT_S = 120.0  # the agent's own filters run in them: bounded tightly
+BUNDLE_HEADER_CAP = 1024 * 1024
 BUNDLE_CAP = 2 * 1024**3  # the most the agent's commits of one attempt may weigh
 MIRROR_CONFIG = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n"
 BRANCH_PREFIX = "baton/"
@@ -87,8 +90,14 @@ class Git:
     def __init__(self, identity: Identity) -> None:
         self.identity = identity
 
-    async def run(self, cwd: Path, *args: str, token: str | None = None) -> str:
-        """Run `git -C cwd args`, returning stdout; raise GitError with secrets masked."""
+    async def run(
+        self, cwd: Path, *args: str, token: str | None = None, stdin: BinaryIO | None = None
+    ) -> str:
+        """Run `git -C cwd args`, returning stdout; raise GitError with secrets masked.
+
+        No system or global configuration is read: a filter, LFS or URL rewrite set up
+        for the worker's own user never applies to trees the agent wrote.
+        """
         argv = ["-C", str(cwd), *self.identity.config(), *args]
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -96,6 +105,8 @@ class Git:
             "LANG": "C.UTF-8",
             "GIT_TERMINAL_PROMPT": "0",
             "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_LFS_SKIP_SMUDGE": "1",
         }
         secrets: list[str] = []
         if token is not None:
@@ -111,7 +122,7 @@ class Git:
             "git",
             *argv,
             env=env,
-            stdin=asyncio.subprocess.DEVNULL,
+            stdin=stdin if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -166,8 +177,19 @@ class CheckoutGit:
         self.identity = identity
         self.jails = jails
 
-    async def run(self, checkout: Path, objects: Path, *args: str, check: bool = True) -> Done:
-        """Run `git args` in checkout; objects is the mirror's store its alternates name."""
+    async def run(
+        self,
+        checkout: Path,
+        objects: Path,
+        *args: str,
+        check: bool = True,
+        stdout_to: Path | None = None,
+    ) -> Done:
+        """Run `git args` in checkout; objects is the mirror's store its alternates name.
+
+        With stdout_to, what git prints goes to that file (outside the jail's view), up
+        to BUNDLE_CAP bytes.
+        """
         config = [*self.identity.config(), "-c", "core.fsmonitor=false"]
         with tempfile.TemporaryDirectory(prefix="baton-git-") as scratch_dir:
             scratch = Path(scratch_dir)
@@ -186,24 +208,15 @@ class CheckoutGit:
                     home=scratch / "home",
                     scratch=scratch,
                     readable=(objects,),
-                    writable=_io_dirs(args),
                 )
             if jail is not None:
                 argv, env = jail.command(argv), jail.environment(env)
             else:
                 (scratch / "home").mkdir()
-            done = await _run_capped(argv, checkout, env)
+            done = await _run_capped(argv, checkout, env, stdout_to)
         if check and done.returncode != 0:
             raise GitError(list(args), done.returncode, done.stderr)
         return done
-
-
-def _io_dirs(args: Sequence[str]) -> tuple[Path, ...]:
-    """Return the directory a `bundle create` writes to, so the jail shows it writable."""
-    if len(args) > 2 and args[0] == "bundle" and args[1] == "create":
-        target = next(arg for arg in args[2:] if not arg.startswith("-"))
-        return (Path(target).parent,)
-    return ()
 
 
 @dataclass(frozen=True)
@@ -215,7 +228,9 @@ class Done:
     stderr: str
 
 
-async def _run_capped(argv: list[str], cwd: Path, env: dict[str, str]) -> Done:
+async def _run_capped(
+    argv: list[str], cwd: Path, env: dict[str, str], stdout_to: Path | None = None
+) -> Done:
     proc = await asyncio.create_subprocess_exec(
         *argv,
         cwd=cwd,
@@ -226,17 +241,17 @@ async def _run_capped(argv: list[str], cwd: Path, env: dict[str, str]) -> Done:
         start_new_session=True,
     )
     assert proc.stdout is not None and proc.stderr is not None
+    out = _read_capped(proc.stdout) if stdout_to is None else _stream_to(proc.stdout, stdout_to)
     try:
-        out, err, _ = await asyncio.wait_for(
-            asyncio.gather(_read_capped(proc.stdout), _read_capped(proc.stderr), proc.wait()),
-            GIT_TIMEOUT_S,
+        said, err, _ = await asyncio.wait_for(
+            asyncio.gather(out, _read_capped(proc.stderr), proc.wait()), CHECKOUT_GIT_TIMEOUT_S
         )
-    except (TimeoutError, asyncio.CancelledError):
+    except (TimeoutError, asyncio.CancelledError, GitError):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
         raise
-    return Done(proc.returncode or 0, out, err)
+    return Done(proc.returncode or 0, said, err)
 
 
 async def _read_capped(stream: asyncio.StreamReader) -> str:
@@ -246,6 +261,74 @@ async def _read_capped(stream: asyncio.StreamReader) -> str:
         if len(kept) < OUTPUT_CAP:
             kept += chunk[: OUTPUT_CAP - len(kept)]
     return kept.decode(errors="replace")
+
+
+async def _stream_to(stream: asyncio.StreamReader, path: Path) -> str:
+    """Write a stream to path, refusing it past BUNDLE_CAP bytes."""
+    written = 0
+    with path.open("wb") as sink:
+        while chunk := await stream.read(1024 * 1024):
+            written += len(chunk)
+            if written > BUNDLE_CAP:
+                raise GitError(
+                    ["bundle", "create"],
+                    1,
+                    f"the agent's commits are over {BUNDLE_CAP // 2**20} MiB",
+                )
+            sink.write(chunk)
+    return ""
+
+
+def inert_commit(raw: bytes, renamed: dict[str, str]) -> bytes:
+    """Return a raw commit with its message made inert and its parents renamed (pure).
+
+    A signature no longer matches a changed commit, so it is dropped with the change.
+    """
+    header, _, message = raw.partition(b"\n\n")
+    lines: list[bytes] = []
+    in_signature = False
+    changed = False
+    for line in header.split(b"\n"):
+        if in_signature and line.startswith(b" "):
+            continue
+        in_signature = False
+        if line.startswith(b"parent "):
+            parent = line[7:].decode()
+            if parent in renamed:
+                line, changed = f"parent {renamed[parent]}".encode(), True
+        elif line.startswith(b"gpgsig"):
+            in_signature = True
+            continue
+        lines.append(line)
+    quiet = inert(message.decode(errors="replace")).encode()
+    if quiet == message and not changed:
+        return raw
+    return b"\n".join(lines) + b"\n\n" + quiet
+
+
+def bundle_pack_offset(head: bytes) -> tuple[dict[str, str], int]:
+    """Return a bundle's references and where its pack begins, from its first bytes (pure).
+
+    Accepts git's v2 and v3 bundles: a signature line, v3's capabilities, prerequisite
+    lines (`-sha`), reference lines (`sha refname`), then an empty line and the pack.
+    """
+    signature, _, rest = head.partition(b"\n")
+    if signature not in (b"# v2 git bundle", b"# v3 git bundle"):
+        raise ValueError("not a git bundle")
+    offset = len(signature) + 1
+    refs: dict[str, str] = {}
+    for line in rest.split(b"\n"):
+        offset += len(line) + 1
+        if not line:
+            return refs, offset
+        text = line.decode("ascii", errors="replace")
+        if text.startswith(("@", "-")):
+            continue
+        sha, _, name = text.partition(" ")
+        if not _SHA.match(sha) or not name:
+            raise ValueError(f"a bundle reference line is malformed: {text[:80]!r}")
+        refs[name] = sha
+    raise ValueError("the bundle's header does not end")
 
 
 _SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
@@ -346,14 +429,13 @@ class Workspace:
         """Return the sha rev names in a repository of Baton's own (the mirror)."""
         return (await self.git.run(cwd, "rev-parse", "--verify", f"{rev}^{{commit}}")).strip()
 
-    async def collect(
-        self, repo: str, number: int, start: str, io_dir: Path, leftovers: str | None
-    ) -> str:
+    async def collect(self, repo: str, number: int, start: str, leftovers: str | None) -> str:
         """Bring the agent's HEAD into the mirror and return its sha.
 
         With a message in leftovers, whatever the agent left uncommitted is committed
         first. Both happen inside the agent's jail; its commits cross into the mirror
-        as a bundle, checked object by object, never by reading its repository.
+        as a bundle written to a file only Baton sees, indexed with every object
+        checked, never by reading the agent's repository.
         """
         checkout = self.worktree_path(repo, number)
         mirror = self.mirror_path(repo)
@@ -372,27 +454,62 @@ class Workspace:
             )
         if head == start:
             return head
-        bundle = _fresh_path(io_dir / "work.bundle")
-        await run(
-            checkout, objects, "bundle", "create", "--quiet", str(bundle), "HEAD", f"^{start}"
-        )
         with tempfile.TemporaryDirectory(prefix="baton-bundle-") as kept_dir:
-            kept = Path(kept_dir) / "work.bundle"
-            await asyncio.to_thread(_copy_regular_file, bundle, kept, BUNDLE_CAP)
-            await self.git.run(
-                mirror,
-                "-c",
-                "transfer.fsckObjects=true",
-                "fetch",
+            bundle = Path(kept_dir) / "work.bundle"  # never in the jail's view
+            await run(
+                checkout,
+                objects,
+                "bundle",
+                "create",
                 "--quiet",
-                "--no-tags",
-                str(kept),
-                f"+HEAD:{self.work_ref(number)}",
+                "-",
+                "HEAD",
+                f"^{start}",
+                stdout_to=bundle,
             )
-        fetched = await self.rev_parse(mirror, self.work_ref(number))
-        if fetched != head:
-            raise GitError(["fetch", "bundle"], 1, f"the bundle's HEAD is {fetched}, not {head}")
+            with bundle.open("rb") as pack:
+                try:
+                    refs, offset = bundle_pack_offset(pack.read(BUNDLE_HEADER_CAP))
+                except ValueError as exc:
+                    raise GitError(["bundle", "create"], 1, str(exc)) from exc
+                if refs.get("HEAD") != head:
+                    raise GitError(
+                        ["bundle", "create"], 1, "the bundle's HEAD is not the checkout's"
+                    )
+                pack.seek(offset)
+                # Every object checked as it is indexed: a bundle fetch does not fsck.
+                await self.git.run(
+                    mirror, "index-pack", "--stdin", "--fix-thin", "--strict", stdin=pack
+                )
+        head = await self._inert_history(mirror, start, head)
+        await self.git.run(mirror, "update-ref", self.work_ref(number), head)
         return head
+
+    async def _inert_history(self, mirror: Path, start: str, head: str) -> str:
+        """Return head with every commit message since start made inert on GitHub.
+
+        A closing keyword in a commit message closes the issue it names once the commit
+        reaches the default branch, and a mention notifies: the agent's messages are
+        rewritten where they hold either, keeping their trees, authors and dates, so the
+        same commits always give the same shas.
+        """
+        listed = await self.git.run(
+            mirror, "rev-list", "--reverse", "--parents", f"{start}..{head}"
+        )
+        renamed: dict[str, str] = {}
+        with tempfile.TemporaryDirectory(prefix="baton-commit-") as scratch:
+            for sha in listed.split():
+                raw = (await self.git.run(mirror, "cat-file", "commit", sha)).encode()
+                rewritten = inert_commit(raw, renamed)
+                if rewritten == raw:
+                    continue
+                staged = Path(scratch) / "commit"
+                staged.write_bytes(rewritten)
+                written = await self.git.run(
+                    mirror, "hash-object", "-t", "commit", "-w", str(staged)
+                )
+                renamed[sha] = written.strip()
+        return renamed.get(head, head)
 
     async def commits_since(self, repo: str, base: str, head: str) -> int:
         """Return how many commits head has that base does not, in the mirror."""
@@ -490,30 +607,3 @@ def _remove_tree(path: Path) -> None:
         path.unlink()
     elif path.exists():
         shutil.rmtree(path)
-
-
-def _fresh_path(path: Path) -> Path:
-    """Return path with its directory made and nothing at it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-    return path
-
-
-def _copy_regular_file(source: Path, target: Path, cap: int) -> None:
-    """Copy a file the agent could have replaced: never through a link, at most cap bytes."""
-    try:
-        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        raise GitError(
-            ["bundle", "create"], 1, f"the agent's bundle cannot be read: {exc}"
-        ) from exc
-    with os.fdopen(fd, "rb") as src:
-        info = os.fstat(src.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise GitError(["bundle", "create"], 1, "the agent's bundle is not a regular file")
-        if info.st_size > cap:
-            raise GitError(
-                ["bundle", "create"], 1, f"the agent's commits are over {cap // 2**20} MiB"
-            )
-        with target.open("wb") as dst:
-            shutil.copyfileobj(src, dst)

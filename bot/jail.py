@@ -67,6 +67,7 @@ ETC_ENTRIES = (
 )
 # Credential files a toolchain's directory may hold; shown as empty files if present.
 MASKED_NAMES = (
+    ".credentials.json",
     ".env",
     ".git-credentials",
     ".netrc",
@@ -76,7 +77,12 @@ MASKED_NAMES = (
     "credentials",
     "credentials.json",
     "credentials.toml",
+    "hosts.yml",
+    "npmrc",
+    "pip.conf",
 )
+MASK_DEPTH = 3  # how far below a shown directory credential files are looked for
+MASK_ENTRIES = 20_000  # and how many entries of it are looked at
 BWRAP_PROBE_TIMEOUT_S = 10.0
 # The jail's own temporary directories, backed by a directory of the run's: private to it.
 JAIL_TMP = ("/tmp", "/var/tmp")  # noqa: S108
@@ -124,7 +130,9 @@ class Jail:
 
     def environment(self, env: dict[str, str]) -> dict[str, str]:
         """Return env as the jailed process sees it: its proxy, and no other way out."""
-        jailed = {**env, "TMPDIR": JAIL_TMP[0], "USER": AGENT_USER, "LOGNAME": AGENT_USER}
+        # The jail's own tmp; an adapter may name the other one of the two (both private).
+        tmp = env["TMPDIR"] if env.get("TMPDIR") in JAIL_TMP else JAIL_TMP[0]
+        jailed = {**env, "TMPDIR": tmp, "USER": AGENT_USER, "LOGNAME": AGENT_USER}
         if self.egress_socket is None:
             return jailed
         proxy = f"http://127.0.0.1:{PROXY_PORT}"
@@ -166,12 +174,12 @@ def bwrap_argv(jail: Jail, argv: Sequence[str]) -> list[str]:
         args += ["--bind", str(jail.tmp), tmp]
     for path in jail.readable:
         args += ["--ro-bind", str(path), str(path)]
-    for path in jail.masked:
-        args += ["--ro-bind", "/dev/null", str(path)]
     args += ["--bind", str(jail.home), str(jail.home)]
     for path in jail.writable:
         args += ["--bind", str(path), str(path)]
     args += ["--bind", str(jail.worktree), str(jail.worktree)]
+    for path in jail.masked:  # last: over every directory shown, writable ones too
+        args += ["--ro-bind", "/dev/null", str(path)]
     socket = jail.egress_socket
     if socket is not None:
         args += ["--ro-bind", str(socket.parent), str(EGRESS_DIR_INSIDE)]
@@ -221,25 +229,33 @@ def _is_system(path: Path) -> bool:
     return any(path == Path(d) or Path(d) in path.parents for d in SYSTEM_DIRS)
 
 
-def install_root(target: Path, home: Path) -> Path:
-    """Return the directory a program needs to be visible to run: where it was installed.
+def install_roots(target: Path, home: Path) -> tuple[Path, ...]:
+    """Return the directories a program needs to be visible to run: where it was installed.
 
     A file inside `node_modules` needs its whole package; one under some `prefix/bin`
-    needs the prefix (its `lib`, its site-packages). A prefix that would show the whole
-    home, or more, is narrowed to the program's own directory.
+    needs the prefix (its `lib`, its site-packages). A virtualenv is shown whole. A
+    prefix inside the worker's home (`~/.local`, `~/.pyenv/versions/X`) shows only its
+    `bin` and `lib`, never what else lives beside them (keyrings, history, state); one
+    that would show the whole home, or more, narrows to the program's own directory.
     """
     parts = target.parts
     if "node_modules" in parts:
         at = len(parts) - 1 - parts[::-1].index("node_modules")
         end = at + 2 if at + 1 < len(parts) and not parts[at + 1].startswith("@") else at + 3
-        return Path(*parts[: min(end, len(parts))])
+        return (Path(*parts[: min(end, len(parts))]),)
     for ancestor in target.parents:
-        if ancestor.name == "bin":
-            prefix = ancestor.parent
-            if prefix == home or prefix in home.parents or prefix == Path(prefix.anchor):
-                return ancestor
-            return prefix
-    return target.parent
+        if ancestor.name != "bin":
+            continue
+        prefix = ancestor.parent
+        if prefix == home or prefix in home.parents or prefix == Path(prefix.anchor):
+            return (ancestor,)
+        if home in prefix.parents and not (prefix / "pyvenv.cfg").exists():
+            return (
+                ancestor,
+                *(prefix / lib for lib in ("lib", "lib64") if (prefix / lib).is_dir()),
+            )
+        return (prefix,)
+    return (target.parent,)
 
 
 def _venv_home(root: Path) -> Path | None:
@@ -275,14 +291,16 @@ def toolchain_paths(
         found.append(path)
         venv_bin = _venv_home(path)
         if venv_bin is not None:
-            add(install_root(Path(os.path.realpath(venv_bin / "python3")), home))
+            for root in install_roots(Path(os.path.realpath(venv_bin / "python3")), home):
+                add(root)
 
     def add_program(path: Path) -> None:
         add(path if not path.is_symlink() else path.parent)
         real = Path(os.path.realpath(path))
         if real.parent.name == "bin" and (real.parent.parent / "pyvenv.cfg").exists():
             add(real.parent.parent)
-        add(install_root(real, home))
+        for root in install_roots(real, home):
+            add(root)
 
     for entry in path_dirs:
         directory = Path(entry)
@@ -295,7 +313,8 @@ def toolchain_paths(
         if real != directory:
             add(directory)
         for child in _links_in(real):
-            add(install_root(Path(os.path.realpath(child)), home))
+            for root in install_roots(Path(os.path.realpath(child)), home):
+                add(root)
     for program in programs:
         located = (
             program if "/" in program else shutil.which(program, path=os.pathsep.join(path_dirs))
@@ -313,27 +332,41 @@ def _links_in(directory: Path) -> Iterable[Path]:
         return []
 
 
-def without_secrets(paths: Iterable[Path], secrets: Iterable[Path]) -> tuple[Path, ...]:
-    """Return paths less any that is, or holds, one of the secrets (data, key, .env, home)."""
-    hidden = [Path(os.path.realpath(s)) for s in secrets]
+def without_secrets(
+    paths: Iterable[Path], holders: Iterable[Path], inside: Iterable[Path] = ()
+) -> tuple[Path, ...]:
+    """Return paths less any that is or holds one of holders, or lies inside one of inside.
+
+    holders are never shown whole (the data directory, the key, `.env`, the worker's
+    home); nothing of inside is shown at all (the data directory, the key, `.env`),
+    whatever a PATH entry or a program's location points at.
+    """
+    held = [Path(os.path.realpath(s)) for s in holders]
+    within = [Path(os.path.realpath(s)) for s in inside]
     kept = []
     for path in paths:
         real = Path(os.path.realpath(path))
-        leaks = [s for s in hidden if s == real or real in s.parents]
+        leaks = [s for s in held if s == real or real in s.parents]
+        leaks += [s for s in within if s in real.parents]
         if leaks:
-            log.warning("not showing %s to the agent: it holds %s", path, leaks[0])
+            log.warning("not showing %s to the agent: it holds or is inside %s", path, leaks[0])
             continue
         kept.append(path)
     return tuple(kept)
 
 
 def masked_in(roots: Iterable[Path]) -> Iterable[Path]:
-    """Yield the credential files found at the top of each shown directory."""
+    """Yield the credential files found in each shown directory, a few levels down."""
     for root in roots:
-        for name in MASKED_NAMES:
-            candidate = root / name
-            if candidate.is_file() and not candidate.is_symlink():
-                yield candidate
+        seen = 0
+        for directory, subdirs, files in os.walk(root, followlinks=False):
+            depth = len(Path(directory).relative_to(root).parts)
+            seen += len(subdirs) + len(files)
+            if depth >= MASK_DEPTH or seen > MASK_ENTRIES:
+                subdirs.clear()
+            for name in files:
+                if name in MASKED_NAMES and not Path(directory, name).is_symlink():
+                    yield Path(directory, name)
 
 
 def bridge_python() -> str:
@@ -387,10 +420,8 @@ class Jails:
         (etc / "group").write_text(group)
         if egress_dir is not None and network != "none":
             programs = (*programs, bridge_python())  # the bridge runs first, on Baton's Python
-        shown = without_secrets(
-            [*self._toolchain(tuple(programs)), *readable], (*self.secrets, Path.home())
-        )
-        extra = without_secrets(self.extra_paths, self.secrets)
+        toolchain, toolchain_masks = self._toolchain(tuple(programs))
+        extra = without_secrets(self.extra_paths, self.secrets, self.secrets)
         for path in extra:
             path.mkdir(parents=True, exist_ok=True)
         return Jail(
@@ -399,16 +430,19 @@ class Jails:
             tmp=tmp,
             passwd_dir=etc,
             system=system_mounts(),
-            readable=shown,
-            masked=tuple(masked_in(shown)),
+            readable=(*toolchain, *readable),
+            masked=(*toolchain_masks, *masked_in(extra)),
             writable=(*writable, *extra),
             network=network,
             egress_dir=egress_dir,
         )
 
     @functools.lru_cache(maxsize=64)  # noqa: B019 -- one per worker process, a few programs
-    def _toolchain(self, programs: tuple[str, ...]) -> tuple[Path, ...]:
-        return toolchain_paths(self.path.split(os.pathsep), programs, Path.home())
+    def _toolchain(self, programs: tuple[str, ...]) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+        """Return the toolchain's directories, less secrets, and the credential files in them."""
+        found = toolchain_paths(self.path.split(os.pathsep), programs, Path.home())
+        shown = without_secrets(found, (*self.secrets, Path.home()), self.secrets)
+        return shown, tuple(masked_in(shown))
 
 
 def jails_for(settings: Settings) -> Jails:

@@ -26,13 +26,19 @@ def settle_checks(run: Run, head_sha: str, verdict: Verdict, at: datetime) -> Ru
     return None
 
 
-def request_changes(run: Run, review_id: int, author: str, at: datetime) -> Run | None:
+def request_changes(
+    run: Run, review_id: int, author: str, submitted_at: datetime | None, at: datetime
+) -> Run | None:
     """Return the run failed by a review that requested changes, or None if it does not apply.
 
     Only a pushed run still awaiting its verdict or review moves; the same review
-    delivered twice, or one for a run that already moved on, changes nothing.
+    delivered twice, or one for a run that already moved on, changes nothing. Nor does
+    a review submitted before the run started (GitHub gives whole seconds): it was
+    about an earlier attempt.
     """
     if run.state not in (RunState.PUSHED_PENDING, RunState.PUSHED_GREEN):
+        return None
+    if submitted_at is not None and submitted_at < run.started_at.replace(microsecond=0):
         return None
     failed = run.moved(RunState.FAILED, at, note=f"changes requested by @{author}")
     return failed.model_copy(

@@ -183,6 +183,11 @@ class AgentResult(BaseModel):
     refused_hosts: list[str] = Field(
         default_factory=list, description="host:port the agent's sandbox refused to reach"
     )
+    denials: list[str] = Field(
+        default_factory=list,
+        description="tool calls the agent's CLI refused it (a shell command, a file write), "
+        "one line each",
+    )
 
     @field_validator("result_text")
     @classmethod

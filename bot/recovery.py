@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from gidgethub import HTTPException
 
-from bot import render
+from bot import render, snapshot
 from bot.budget import Decision, decide, spend
 from bot.classify import RunFacts, classify
 from bot.dispatch import Dispatcher, JobSpec, RunMode, run_issue_job
@@ -91,12 +91,13 @@ async def report(
             )
             store.set_pull_status_comment(issue.repo, run.pr_number, pull_comment)
             pull_comment_url = f"{run.pr_url}#issuecomment-{pull_comment}"
+        notes = snapshot.notes(store.queued_text(issue), policy_of(services, run).labels.queue)
         comment = await upsert_comment(
             gh,
             issue.repo,
             issue.number,
             store.status_comment(issue),
-            render.status_comment(run, now, next_step, pull_comment_url),
+            render.status_comment(run, now, next_step, pull_comment_url, notes),
         )
         store.set_status_comment(issue, comment)
 

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict
 
 from bot.budget import Spend
+from bot.inert import inert
 from bot.model import Limits, Run, RunState
 
 STATUS_MARKER = "<!-- baton:status -->"
@@ -252,24 +253,35 @@ def _review_sections(review: ReviewSummary) -> list[str]:
 
 
 def status_comment(
-    run: Run, now: datetime, next_step: str | None = None, pull_comment_url: str | None = None
+    run: Run,
+    now: datetime,
+    next_step: str | None = None,
+    pull_comment_url: str | None = None,
+    notes: Sequence[str] = (),
 ) -> str:
-    """Return the issue's status comment for the run's current state (short: the PR has more)."""
+    """Return the issue's status comment for the run's current state (short: the PR has more).
+
+    notes are Baton's lines about the issue's text (bot/snapshot.py notes).
+    """
     lines = [
         STATUS_MARKER,
         f"**Baton** · attempt {run.attempt} · {run.state.value}",
         "",
         _STATE_WORDS[run.state],
     ]
+    for note in notes:
+        lines += ["", note]
     if run.reason:
-        # The reason may be the agent's own words: quoted, and only so much of them.
+        # The reason may be the agent's own words: quoted, inert, and only so much of them.
         pointer = transcript_pointer(run)
         reason = fit_body(
-            _closed(run.reason), REASON_LIMIT, pointer=pointer, what="The full reason"
+            _closed(inert(run.reason)), REASON_LIMIT, pointer=pointer, what="The full reason"
         )
         lines += ["", f"Reason: {reason}"]
+    if run.agent_result is not None and (refused := refusals(run.agent_result.denials)):
+        lines += ["", refused]
     if next_step:
-        lines += ["", f"Next: {next_step}"]
+        lines += ["", f"Next: {inert(next_step)}"]
     if run.pr_url:
         history = f" ([history and checks]({pull_comment_url}))" if pull_comment_url else ""
         lines += ["", f"Pull request: {run.pr_url}{history}"]
@@ -278,10 +290,45 @@ def status_comment(
     return _fit_comment(lines, run)
 
 
+# The tool names agent CLIs give their shell in the denials they report ("<tool>: <target>").
+SHELL_TOOLS = frozenset({"Bash", "shell", "exec_command", "local_shell"})
+
+
+def refusals(denials: Sequence[str]) -> str | None:
+    """Return the line that says how many tool calls the agent's CLI refused, None if none."""
+    if not denials:
+        return None
+    shell = sum(1 for denial in denials if denial.split(":", 1)[0].strip() in SHELL_TOOLS)
+    other = len(denials) - shell
+    parts = [
+        f"{count} {what}{'' if count == 1 else 's'}"
+        for count, what in ((shell, "shell command"), (other, "other tool call"))
+        if count
+    ]
+    verb = "was" if len(denials) == 1 else "were"
+    return (
+        f"{' and '.join(parts)} {verb} refused by the agent CLI's permission rules "
+        "(each is listed in the run record)."
+    )
+
+
 def _fit_comment(lines: list[str], run: Run) -> str:
     """Join a comment's lines and make it fit GitHub; its marker is first and stays."""
     pointer = f"Baton's status page (run `{run.run_id}`)"
     return fit_body("\n".join(lines), pointer=pointer, what="This comment")
+
+
+def queued_comment(notes: Sequence[str]) -> str:
+    """Return the status comment of an issue queued and not started yet, with notes on its text."""
+    lines = [
+        STATUS_MARKER,
+        "**Baton** · queued",
+        "",
+        "Queued: an attempt starts when a worker takes it.",
+    ]
+    for note in notes:
+        lines += ["", note]
+    return "\n".join(lines)
 
 
 def waiting_comment(account: str, reopens_at: datetime, now: datetime) -> str:
@@ -346,12 +393,14 @@ def pull_status_comment(
         "",
         _STATE_WORDS[current.state],
         "",
-        f"Next: {next_step}",
+        f"Next: {inert(next_step)}",
     ]
     if checks:
+        # What a check says comes from the code under test, which the agent wrote.
         lines += ["", "Latest checks:", ""]
         lines += [
-            f"- {c.name}: {c.conclusion}" + (f" ({c.title})" if c.title else "") for c in checks
+            inert(f"- {c.name}: {c.conclusion}" + (f" ({c.title})" if c.title else ""))
+            for c in checks
         ]
     lines += [
         "",
@@ -381,12 +430,15 @@ def escalation_comment(
     work: Run | None,
     mentions: list[str],
 ) -> str:
-    """Return the one comment that tells a human Baton stopped, why, and what they can do."""
+    """Return the one comment that tells a human Baton stopped, why, and what they can do.
+
+    The reason is made inert; mentions, the configured logins and teams, notify.
+    """
     pointer = transcript_pointer(work) if work is not None else "the runs' logs on the worker"
     lines = [
         ESCALATION_MARKER,
         f"**Baton stopped working on this issue**: "
-        f"{fit_body(reason, REASON_LIMIT, pointer=pointer, what='The full reason')}.",
+        f"{fit_body(inert(reason), REASON_LIMIT, pointer=pointer, what='The full reason')}.",
         "",
         "| budget | spent | cap |",
         "|---|---|---|",
@@ -437,8 +489,9 @@ def pr_body(
 ) -> str:
     """Return the pull request's body: closing keyword, the agent's report, the diff's files.
 
-    Only the agent's report is cut to make the body fit GitHub; Baton's own parts
-    are whole, and a cut report says where the rest of it is.
+    The report is made inert (bot/inert.py): only Baton's own `Closes #N` closes an
+    issue, and the report notifies nobody. Only the report is cut to make the body
+    fit GitHub; Baton's own parts are whole, and a cut report says where the rest is.
     """
     opening = "\n".join(
         [
@@ -458,7 +511,7 @@ def pr_body(
     else:
         lines += _file_list(changed_files) or ["(none)"]
     files = "\n".join(lines) + "\n"
-    report = _closed(agent_report.strip() or "(The agent gave no report.)")
+    report = _closed(inert(agent_report.strip()) or "(The agent gave no report.)")
     return opening + fit_body(
         report, limit - len(opening), pointer=transcript_pointer(run), keep=files
     )

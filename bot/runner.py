@@ -10,7 +10,7 @@ from typing import Any
 
 from gidgethub import HTTPException
 
-from bot import render
+from bot import render, snapshot
 from bot.agents import (
     AgentConfigError,
     AgentRequest,
@@ -34,6 +34,8 @@ from bot.metrics import agent_usage
 from bot.model import AgentResult, IssueRef, Run, RunState, utcnow
 from bot.recovery import Services, conclude, policy_of, post_status, report
 from bot.render import Continuation, ReviewComment, ReviewSummary
+from bot.snapshot import IssueText, Snapshot
+from bot.standing import queued_by_a_steerer, standing_of
 from bot.store import Claim, LockLost
 from bot.tracker import (
     label_names,
@@ -52,12 +54,24 @@ STOP_POLL_S = 1.0
 
 
 async def run_issue(
-    services: Services, issue: IssueRef, mode: RunMode = RunMode.FRESH, after: int = 0
+    services: Services,
+    issue: IssueRef,
+    mode: RunMode = RunMode.FRESH,
+    after: int = 0,
+    queued_by: str | None = None,
+    text: Snapshot | None = None,
 ) -> Run | None:
-    """Claim the issue and run one attempt at it; None when there was nothing to do."""
+    """Claim the issue and run one attempt at it; None when there was nothing to do.
+
+    queued_by is who put the queue label on, for a fresh run; when it is not known,
+    the issue's events say. text is the issue as it was queued, for a fresh run: it
+    is recorded once queued_by is known to steer, and every attempt's brief uses it.
+    """
     if services.store.paused_since(issue.repo) is not None:
         # Held, not lost: resuming the repository makes this start.
         services.store.hold(issue, mode.value, after)
+        if text is not None:
+            services.store.update_queued_text(issue, lambda current: snapshot.hold(current, text))
         log.info("%s: %s is paused; holding a %s run", issue, issue.repo, mode.value)
         return None
     claim = services.store.claim(issue)
@@ -75,7 +89,7 @@ async def run_issue(
         return None
     try:
         async with github_app(services.settings, services.store) as app:
-            return await _Attempt(services, app, claim, mode, after).execute()
+            return await _Attempt(services, app, claim, mode, after, queued_by, text).execute()
     finally:
         services.store.release_run_slot(issue)
         services.store.release(claim)
@@ -130,7 +144,14 @@ class _Attempt:
     """The work of one claimed attempt; every write is fenced by the claim."""
 
     def __init__(
-        self, services: Services, app: GitHubApp, claim: Claim, mode: RunMode, after: int
+        self,
+        services: Services,
+        app: GitHubApp,
+        claim: Claim,
+        mode: RunMode,
+        after: int,
+        queued_by: str | None = None,
+        text: Snapshot | None = None,
     ) -> None:
         self.services = services
         self.settings = services.settings
@@ -140,6 +161,9 @@ class _Attempt:
         self.issue = claim.issue
         self.mode = mode
         self.after = after
+        self.queued_by = queued_by
+        self.offered = text  # the issue as queued, when this start carries it
+        self.text = IssueText()  # what the brief uses: recorded by execute before any work
         self.stopped = False
         self.pushed_tip: str | None = None  # the branch's tip on GitHub, as Baton last pushed
         self.setup_commands: tuple[str, ...] = ()
@@ -167,6 +191,9 @@ class _Attempt:
         except _NotNow as why:
             log.info("%s: not starting a %s run: %s", self.issue, self.mode.value, why)
             return None
+        if self.mode is RunMode.FRESH and not await self._queued_by_a_steerer(gh):
+            return None
+        self.text = self._queued_text(data)
         if invalid is not None:
             await self._refuse_config(gh, invalid, base)
             return None
@@ -185,7 +212,7 @@ class _Attempt:
             await self._wait_for_slot(gh, slots)
             return None
         attempt = self.store.next_attempt(self.claim)
-        branch = previous.branch if previous else branch_name(self.issue.number, data["title"])
+        branch = previous.branch if previous else branch_name(self.issue.number, self.text.title)
         run = Run.claimed(self.issue, attempt, branch, utcnow()).model_copy(
             update={
                 "continuation_of": previous.attempt
@@ -193,19 +220,18 @@ class _Attempt:
                 else None,
                 "queued_fresh": self.mode in (RunMode.FRESH, RunMode.CHAIN),
                 "policy": policy,
-                "title": str(data["title"]),
+                "title": self.text.title,
             }
         )
         if self.mode is RunMode.CONTINUE and previous is not None:
             run = run.model_copy(update=await inherit_open_pr(gh, previous))
         with log_context(run_id=run.run_id, attempt=attempt):
-            return await self._begin(gh, run, data, labels, previous, base, str(repo["clone_url"]))
+            return await self._begin(gh, run, labels, previous, base, str(repo["clone_url"]))
 
     async def _begin(
         self,
         gh: GitHubClient,
         run: Run,
-        data: dict[str, Any],
         labels: set[str],
         previous: Run | None,
         base: str,
@@ -229,7 +255,7 @@ class _Attempt:
         await report(self.services, gh, run)
         heartbeat = asyncio.create_task(self._heartbeat())
         try:
-            return await self._work(gh, run, data, previous, base, clone_url)
+            return await self._work(gh, run, previous, base, clone_url)
         except LockLost:
             log.warning("%s: lost the issue's lock; stopping without touching GitHub", self.issue)
             return None
@@ -262,10 +288,43 @@ class _Attempt:
         self._come_back_at(retry_at, "slot")
         log.info("%s: %s's %d run slots are taken; waiting", self.issue, self.issue.repo, limit)
 
+    def _queued_text(self, data: dict[str, Any]) -> IssueText:
+        """Record the text this attempt works from, if it is a new queueing's, and return it.
+
+        A fresh start records the text it carries: the label event's, the sweep's
+        read, or the one a paused repository held. A fresh start that carries none,
+        or any attempt that finds none recorded, records the issue as read now.
+        """
+        store, issue, fresh = self.store, self.issue, self.mode is RunMode.FRESH
+        current = store.queued_text(issue)
+        offered = self.offered or (current.held if fresh and current is not None else None)
+        if offered is None and (fresh or current is None or current.queued is None):
+            title, body = str(data["title"]), data.get("body")
+            offered = snapshot.snapshot(title, body, utcnow(), self.queued_by, "claim")
+        if offered is not None:
+            latest = store.latest_run(issue)
+            # A text recorded before the latest run started was an earlier queueing's.
+            since = latest.started_at if latest is not None else None
+            chosen = offered
+            if store.update_queued_text(issue, lambda held: snapshot.queue(held, chosen, since)):
+                log.info("%s: working from the issue as %s", issue, _AS[chosen.how])
+        recorded = store.queued_text(issue)
+        assert recorded is not None and recorded.queued is not None
+        return recorded
+
+    async def _queued_by_a_steerer(self, gh: GitHubClient) -> bool:
+        """Return whether whoever put the queue label on may queue; if not, undo it, once said."""
+        self.queued_by = await queued_by_a_steerer(
+            gh, self.store, self.settings, self.issue, self.queued_by
+        )
+        return self.queued_by is not None
+
     def _come_back_at(self, when: datetime, why: str) -> None:
         """Schedule this same start for when, and index the issue as waiting until then."""
         key = f"{why}-{int(when.timestamp())}"
-        job = run_issue_job(self.settings, self.issue, key, self.mode, self.after)
+        job = run_issue_job(
+            self.settings, self.issue, key, self.mode, self.after, queued_by=self.queued_by
+        )
         self.services.dispatch.enqueue_at(job, when)
         self.store.record_wait(self.issue, when)
 
@@ -345,7 +404,6 @@ class _Attempt:
         self,
         gh: GitHubClient,
         run: Run,
-        data: dict[str, Any],
         previous: Run | None,
         base: str,
         clone_url: str,
@@ -367,9 +425,9 @@ class _Attempt:
         continuation = await self._continuation(gh, previous) if run.continuation_of else None
         self.pushed_tip = remote_tip
         run_dir = self._run_dir(run)
-        checkpoints = asyncio.create_task(self._checkpoint(run, run_dir, clone_url, start))
+        checkpoints = asyncio.create_task(self._checkpoint(run, clone_url, start))
         try:
-            result = await self._run_agent(run, worktree, run_dir, data, continuation)
+            result = await self._run_agent(run, worktree, run_dir, continuation)
         finally:
             checkpoints.cancel()
         run = run.model_copy(update={"agent_result": result})
@@ -378,7 +436,6 @@ class _Attempt:
             self.issue.repo,
             self.issue.number,
             start,
-            run_dir / "io",
             leftovers=f"Work on #{self.issue.number} (Baton, attempt {run.attempt})",
         )
         new_commits = await workspace.commits_since(self.issue.repo, start, head_sha)
@@ -419,13 +476,13 @@ class _Attempt:
             return await self._end(
                 gh, run, "agent", RunState.NO_CHANGE, "the agent finished without changing any file"
             )
-        return await self._open_pull(gh, run, data, result, base)
+        return await self._open_pull(gh, run, result, base)
 
     async def _open_pull(
-        self, gh: GitHubClient, run: Run, data: dict[str, Any], result: AgentResult, base: str
+        self, gh: GitHubClient, run: Run, result: AgentResult, base: str
     ) -> Run | None:
         report_text = result.result_text or ""
-        title = render.pr_title(str(data["title"]), self.issue.number)
+        title = render.pr_title(self.text.title, self.issue.number)
         try:
             pr = await open_or_update_pr(
                 gh,
@@ -486,18 +543,29 @@ class _Attempt:
         url_vars: dict[str, str | int] = {"repo": self.issue.repo, "number": pull}
         reviews = [r async for r in gh.getiter("/repos/{+repo}/pulls/{number}/reviews", url_vars)]
         found = next((r for r in reviews if r["id"] == review_id), None)
-        if found is None:
+        if found is None or not await self._steers(gh, found["user"], "review"):
             return None
         comments = [
             ReviewComment(path=str(c["path"]), line=c.get("line"), body=str(c["body"]))
             async for c in gh.getiter("/repos/{+repo}/pulls/{number}/comments", url_vars)
             if c.get("pull_request_review_id") == review_id
+            and await self._steers(gh, c["user"], "review comment")
         ]
         return ReviewSummary(
             author=str(found["user"]["login"]),
             body=str(found.get("body") or ""),
             comments=tuple(comments),
         )
+
+    async def _steers(self, gh: GitHubClient, user: dict[str, Any], what: str) -> bool:
+        """Return whether what a user wrote may reach the brief: only a steerer's words do."""
+        login = str(user["login"])
+        standing = await standing_of(
+            gh, self.store, self.settings, self.issue.repo, login, user.get("type")
+        )
+        if not standing.allowed:
+            log.warning("%s: left a %s out of the brief: %s", self.issue, what, standing)
+        return standing.allowed
 
     def _run_dir(self, run: Run) -> Path:
         return (
@@ -513,7 +581,6 @@ class _Attempt:
         run: Run,
         worktree: Path,
         run_dir: Path,
-        data: dict[str, Any],
         continuation: Continuation | None,
     ) -> AgentResult:
         io_dir = run_dir / "io"
@@ -521,8 +588,8 @@ class _Attempt:
         brief_path = run_dir / "brief.md"  # shown read-only: the agent cannot swap it
         brief_path.write_text(
             render.brief(
-                str(data["title"]),
-                data.get("body"),
+                self.text.title,  # as queued: never the issue as it stands now
+                self.text.body,
                 str(self.issue),
                 run.attempt,
                 self.settings.limits.max_runs,
@@ -543,7 +610,9 @@ class _Attempt:
                 writable=(io_dir,),
                 network=self.settings.agent_network,
                 egress_dir=egress_dir,
-                programs=programs_of(self.settings, self.setup_commands),
+                programs=programs_of(
+                    self.settings, self.setup_commands, self.services.settings.agent_command
+                ),
             )
             request = AgentRequest(
                 run_id=run.run_id,
@@ -592,7 +661,7 @@ class _Attempt:
         finally:
             watch.cancel()
 
-    async def _checkpoint(self, run: Run, run_dir: Path, clone_url: str, start: str) -> None:
+    async def _checkpoint(self, run: Run, clone_url: str, start: str) -> None:
         """Push what the agent has committed every few minutes, while it works.
 
         A worker that dies then loses at most the work since the last checkpoint:
@@ -603,13 +672,13 @@ class _Attempt:
         while True:
             await asyncio.sleep(self.settings.checkpoint_seconds)
             try:
-                head = await workspace.collect(repo, number, start, run_dir / "io", None)
+                head = await workspace.collect(repo, number, start, None)
                 if head in (start, self.pushed_tip):
                     continue
                 self._ensure_claim()
                 token = await self.app.installation_token(self.issue.installation_id)
                 await workspace.push(repo, clone_url, run.branch, head, token, self.pushed_tip)
-            except (LockLost, GitError, HTTPException) as exc:
+            except (LockLost, GitError, HTTPException, OSError) as exc:
                 log.warning("%s: checkpoint not pushed: %s", self.issue, _one_line(exc))
                 continue
             self.pushed_tip = head
@@ -669,6 +738,14 @@ def _previous_session(continuation: Continuation | None) -> str | None:
     if continuation is None or continuation.previous.agent_result is None:
         return None
     return continuation.previous.agent_result.session_id
+
+
+_AS = {
+    "label": "it was when it was queued",
+    "chain": "it was when its chain was queued",
+    "sweep": "the sweep read it (its label event was lost)",
+    "claim": "read now (no text was recorded when it was queued)",
+}
 
 
 class _Refused(Exception):

@@ -10,12 +10,22 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from bot.commands import Role
+from bot.ingress import MIN_OPERATOR_TOKEN_CHARS
 from bot.logs import LogFormat, mask_secrets
 from bot.model import Labels, Limits, Policy
 
 
 class SettingsError(Exception):
     """A setting is missing or malformed; the message names the variable."""
+
+
+def operator_token_too_short(length: int) -> str:
+    """Say why an operator token of this length is refused, and how to make one."""
+    return (
+        f"BATON_OPERATOR_TOKEN is {length} characters: use {MIN_OPERATOR_TOKEN_CHARS} or more "
+        "random ones (e.g. `openssl rand -hex 32`)"
+    )
 
 
 class Settings(BaseSettings):
@@ -40,7 +50,6 @@ class Settings(BaseSettings):
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", validation_alias="REDIS_URL")
     data_dir: Path = Field(default=Path("var/baton"), validation_alias="BATON_DATA_DIR")
     port: int = Field(default=8000, validation_alias="PORT")
-    demo_mode: bool = Field(default=False, validation_alias="BATON_DEMO")
     log_format: LogFormat = Field(
         default="json",
         validation_alias="BATON_LOG_FORMAT",
@@ -56,8 +65,8 @@ class Settings(BaseSettings):
     operator_token: SecretStr | None = Field(
         default=None,
         validation_alias="BATON_OPERATOR_TOKEN",
-        description="The token that opens the web process's /status page and /metrics; "
-        "unset, both answer 404.",
+        description="The token that opens the web process's /status page and /metrics, "
+        f"at least {MIN_OPERATOR_TOKEN_CHARS} characters; unset, both answer 404.",
     )
     queue_label: str = Field(default="baton:queue", validation_alias="BATON_QUEUE_LABEL")
     in_progress_label: str = Field(
@@ -132,6 +141,26 @@ class Settings(BaseSettings):
         validation_alias="BATON_ESCALATION_MENTIONS",
         description="Logins @mentioned in escalation comments, comma-separated.",
     )
+    steer_min_role: Role = Field(
+        default="write",
+        validation_alias="BATON_STEER_MIN_ROLE",
+        description="The least repository role (`read`, `triage`, `write`, `maintain`, "
+        "`admin`) whose queue labels, requested changes, review comments and comment "
+        "commands Baton acts on; a repository's file can raise it, never lower it.",
+    )
+    trusted_bots: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        validation_alias="BATON_TRUSTED_BOTS",
+        description="Bot logins (`<app>[bot]`) Baton acts on as on a collaborator with the "
+        "role, comma-separated; every other bot is ignored.",
+    )
+    max_budget_grant: int = Field(
+        default=10,
+        ge=0,
+        validation_alias="BATON_MAX_BUDGET_GRANT",
+        description="The most continuations `/baton budget +N` may add to one issue, "
+        "summed over every grant.",
+    )
 
     agent: Literal["command", "claude", "codex", "aider"] = Field(
         default="command", validation_alias="BATON_AGENT"
@@ -148,6 +177,14 @@ class Settings(BaseSettings):
         "usage windows. Default: the adapter's name.",
     )
     agent_model: str | None = Field(default=None, validation_alias="BATON_AGENT_MODEL")
+    codex_base_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$",
+        validation_alias="BATON_CODEX_BASE_URL",
+        description="The Responses API endpoint codex talks to instead of OpenAI's (a proxy, "
+        "a gateway or a local model server), e.g. `http://10.0.0.5:8080/v1`; its host:port "
+        "is let through the agent's proxy.",
+    )
     agent_max_turns: int | None = Field(
         default=None, gt=0, validation_alias="BATON_AGENT_MAX_TURNS"
     )
@@ -205,6 +242,7 @@ class Settings(BaseSettings):
     @field_validator(
         "agent_passthrough_env",
         "escalation_mentions",
+        "trusted_bots",
         "required_checks",
         "agent_allowed_hosts",
         "agent_extra_paths",
@@ -262,16 +300,23 @@ class Settings(BaseSettings):
         return self.github_app_id
 
     @property
-    def webhook_secret(self) -> str | None:
-        """Return the webhook secret; None only in demo mode."""
-        if self.github_webhook_secret is not None:
-            return self.github_webhook_secret.get_secret_value()
-        if self.demo_mode:
+    def webhook_secret(self) -> str:
+        """Return the webhook secret: there is no serving webhooks without one."""
+        if self.github_webhook_secret is None:
+            raise SettingsError(
+                "GITHUB_WEBHOOK_SECRET must be set: Baton refuses unsigned webhooks"
+            )
+        return self.github_webhook_secret.get_secret_value()
+
+    @property
+    def operator_secret(self) -> str | None:
+        """Return the operator token (None when the operator pages are off); refuse a short one."""
+        if self.operator_token is None:
             return None
-        raise SettingsError(
-            "GITHUB_WEBHOOK_SECRET must be set: Baton refuses unsigned webhooks "
-            "(set BATON_DEMO=1 only for a local demo)"
-        )
+        token = self.operator_token.get_secret_value()
+        if len(token) < MIN_OPERATOR_TOKEN_CHARS:
+            raise SettingsError(operator_token_too_short(len(token)))
+        return token
 
     @property
     def labels(self) -> Labels:

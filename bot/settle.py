@@ -7,6 +7,7 @@ late event finds nothing to change and does nothing.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 from bot.chainwork import link_green, link_merged
 from bot.checks import Verdict, checks_verdict, failing_checks, required_checks_verdict
@@ -17,6 +18,7 @@ from bot.lifecycle import close_pull, request_changes, settle_checks
 from bot.model import IssueRef, Run, RunState, utcnow
 from bot.recovery import Services, conclude, policy_of, report
 from bot.render import CheckSummary
+from bot.standing import repository_settings, standing_of
 
 log = logging.getLogger(__name__)
 
@@ -83,20 +85,45 @@ async def settle_head(
 
 
 async def settle_review(
-    services: Services, installation_id: int, repo: str, pull: int, review_id: int, author: str
+    services: Services,
+    installation_id: int,
+    repo: str,
+    pull: int,
+    review_id: int,
+    author: str,
+    submitted_at: datetime | None = None,
 ) -> Run | None:
-    """Send a review that requested changes back to the agent as a continuation."""
-    found = services.store.run_for_pull(repo, pull)
+    """Send a review that requested changes back to the agent as a continuation.
+
+    Only a reviewer who may steer Baton is heard; each review acts at most once,
+    however often it is delivered, and only on the attempt it reviewed.
+    """
+    store = services.store
+    found = store.run_for_pull(repo, pull)
     if found is None:
         return None
     issue, attempt = found
-    changed = services.store.update_run(
-        issue, attempt, lambda current: request_changes(current, review_id, author, utcnow())
-    )
-    if changed is None:
-        return None  # the run is not waiting on review, or this review was handled
-    async with github_app(services.settings, services.store) as app:
+
+    def changes(current: Run) -> Run | None:
+        return request_changes(current, review_id, author, submitted_at, utcnow())
+
+    run = store.run(issue, attempt)
+    if run is None or changes(run) is None:
+        log.info("%s: review %d changes nothing for attempt %d", issue, review_id, attempt)
+        return None
+    async with github_app(services.settings, store) as app:
         gh = await app.for_installation(installation_id)
+        judged = await repository_settings(gh, store, services.settings, repo)
+        standing = await standing_of(gh, store, judged, repo, author)
+        if not standing.allowed:
+            log.warning("%s: ignored review %d requesting changes: %s", issue, review_id, standing)
+            return None
+        if not store.first_review(repo, review_id):
+            log.info("%s: review %d acted already", issue, review_id)
+            return None
+        changed = store.update_run(issue, attempt, changes)
+        if changed is None:
+            return None  # the run moved on meanwhile
         facts = RunFacts(ending="changes-requested", detail=f"review {review_id} by @{author}")
         await conclude(services, gh, changed, facts)
     return changed
@@ -138,7 +165,11 @@ async def settle_pull_closed(
 
 
 async def settle_issue_closed(services: Services, issue: IssueRef) -> None:
-    """Stop the work on an issue a human closed; its branch and PR are kept."""
+    """Stop the work on an issue a human closed; its branch and PR are kept.
+
+    Its text as queued is forgotten: reopened, it is queued again before it runs.
+    """
+    services.store.forget_queued_text(issue)
     run = services.store.latest_run(issue)
     if run is None or run.state in (RunState.MERGED, RunState.CLOSED):
         return  # never run, or closed by its own merge

@@ -1,25 +1,25 @@
 """Carry out a maintainer's comment command, answered with a reaction on the comment.
 
-Only collaborators with write access or above steer Baton; a command from anyone
-else is refused with a `confused` reaction and logged. Each comment is handled
-once, however often its webhook is delivered.
+Only collaborators with the role Baton's rule asks for steer it (bot/standing.py); a
+command from anyone else is refused with a `confused` reaction and logged, and one
+from a bot Baton does not trust is ignored. Each comment is handled once, however
+often its webhook is delivered.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from typing import Literal
 
-from gidgethub import BadRequest
-
-from bot.commands import Command, Refused, may_steer, parse_command
+from bot.commands import Command, Refused, budget_reply, is_bot, parse_command, trusted
 from bot.dispatch import RunMode, run_issue_job
 from bot.github import GitHubClient, github_app
 from bot.labels import set_state_label
 from bot.model import IssueRef, utcnow
 from bot.recovery import Services, policy_of, post_status, report
 from bot.render import refusal_comment
-from bot.tracker import read_issue
+from bot.standing import repository_settings, standing_of
+from bot.tracker import post_comment, read_issue
 
 log = logging.getLogger(__name__)
 
@@ -30,57 +30,39 @@ async def handle_command(
     services: Services, installation_id: int, repo: str, number: int, comment_id: int
 ) -> Reaction | None:
     """Carry out the command in a comment on an issue or PR; return the reaction given."""
-    store = services.store
-    async with github_app(services.settings, store) as app:
+    store, settings = services.store, services.settings
+    async with github_app(settings, store) as app:
         gh = await app.for_installation(installation_id)
         url_vars: dict[str, str | int] = {"repo": repo, "id": comment_id}
         comment = await gh.getitem("/repos/{+repo}/issues/comments/{id}", url_vars)
-        author = comment["user"]
+        login, kind = str(comment["user"]["login"]), comment["user"].get("type")
         command = parse_command(comment.get("body"))
-        if command is None or author.get("type") == "Bot":
+        if command is None:
+            return None
+        if is_bot(login, kind) and not trusted(login, settings.trusted_bots):
+            log.info("%s#%d: ignored a command from the bot @%s", repo, number, login)
             return None
         if not store.first_command(repo, comment_id):
             log.info("%s#%d: command in comment %d was handled already", repo, number, comment_id)
             return None
-        role = await _role(gh, services, repo, str(author["login"]))
-        issue = _issue_of(
-            services, IssueRef(installation_id=installation_id, repo=repo, number=number)
-        )
-        if isinstance(command, Refused) or not may_steer(role):
-            why = (
-                command.reason if isinstance(command, Refused) else f"@{author['login']} is {role}"
-            )
-            log.warning(
-                "%s: refused %r from @%s: %s", issue, comment.get("body"), author["login"], why
-            )
+        judged = await repository_settings(gh, store, settings, repo)
+        standing = await standing_of(gh, store, judged, repo, login, kind)
+        commented = IssueRef(installation_id=installation_id, repo=repo, number=number)
+        issue = _issue_of(services, commented)
+        reply = None
+        if isinstance(command, Refused) or not standing.allowed:
+            why = command.reason if isinstance(command, Refused) else str(standing)
+            log.warning("%s: refused %r from @%s: %s", issue, comment.get("body"), login, why)
             reaction: Reaction = "confused"
         else:
-            reaction = (
-                "+1" if await _perform(services, gh, issue, command, comment_id) else "confused"
-            )
+            done, reply = await _perform(services, gh, issue, command, comment_id)
+            reaction = "+1" if done else "confused"
         await gh.post(
             "/repos/{+repo}/issues/comments/{id}/reactions", url_vars, data={"content": reaction}
         )
+        if reply is not None:
+            await post_comment(gh, commented, reply)
         return reaction
-
-
-async def _role(gh: GitHubClient, services: Services, repo: str, login: str) -> str:
-    """Return the login's role on the repository, looked up at most once a minute."""
-    cached = services.store.cached_role(repo, login)
-    if cached is not None:
-        return cached
-    url_vars = {"repo": repo, "login": login}
-    try:
-        found: dict[str, Any] = await gh.getitem(
-            "/repos/{+repo}/collaborators/{login}/permission", url_vars
-        )
-        role = str(found.get("role_name") or found["permission"])
-    except BadRequest as exc:
-        if exc.status_code != 404:
-            raise
-        role = "none"
-    services.store.cache_role(repo, login, role)
-    return role
 
 
 def _issue_of(services: Services, commented: IssueRef) -> IssueRef:
@@ -91,8 +73,11 @@ def _issue_of(services: Services, commented: IssueRef) -> IssueRef:
 
 async def _perform(
     services: Services, gh: GitHubClient, issue: IssueRef, command: Command, comment_id: int
-) -> bool:
-    """Carry out a permitted command; False when it cannot apply to the issue as it stands."""
+) -> tuple[bool, str | None]:
+    """Carry out a permitted command; return whether it applied, and a reply, if one is due.
+
+    It does not apply when the issue as it stands gives it nothing to do.
+    """
     store, settings = services.store, services.settings
     run = store.latest_run(issue)
     if command.name == "status":
@@ -100,17 +85,17 @@ async def _perform(
             await post_status(services, gh, issue, refusal_comment("Baton has not run it yet."))
         else:
             await report(services, gh, run)
-        return True
+        return True, None
     if command.name == "stop":
         if run is None or not run.state.is_live:
-            return False
+            return False, None
         store.request_stop(issue)  # the worker running it stops the agent: admin-kill
         log.warning("%s: a maintainer stopped attempt %d", issue, run.attempt)
-        return True
+        return True, None
     if command.name == "pause":
         store.pause(issue.repo, utcnow())
         log.warning("%s: paused by a maintainer", issue.repo)
-        return True
+        return True, None
     if command.name == "resume":
         # Wakes dispatch now; every held start still meets its claim, window and budget.
         held = store.resume_repo(issue.repo)
@@ -127,22 +112,30 @@ async def _perform(
             ]
         )
         log.info("%s: resumed by a maintainer; %d held start(s) released", issue.repo, len(held))
-        return True
+        return True, None
     if command.name == "budget":
         assert command.amount is not None
-        extra = store.raise_budget(issue, command.amount)
-        log.info("%s: continuation budget raised by %d (%d in all)", issue, command.amount, extra)
-        return True
+        cap = settings.max_budget_grant
+        granted, extra = store.grant_budget(issue, command.amount, cap)
+        log.info(
+            "%s: %s %d more continuations (%d of %d granted in all)",
+            issue,
+            "granted" if granted else "refused",
+            command.amount,
+            extra,
+            cap,
+        )
+        return granted, budget_reply(command.amount, granted, extra, cap)
     # retry: a new attempt after the last one, which must have ended; budgets still apply.
     if run is None or run.state.is_live or run.classification is None:
-        return False
+        return False, None
     data = await read_issue(gh, issue)
     if data["state"] != "open":
-        return False
+        return False, None
     labels = policy_of(services, run).labels
     await set_state_label(gh, store, services.dispatch, labels, issue, labels.in_progress)
     mode = RunMode.CONTINUE if run.head_sha else RunMode.RETRY
     services.dispatch.enqueue(
         [run_issue_job(settings, issue, f"command-{comment_id}", mode, run.attempt)]
     )
-    return True
+    return True, None

@@ -19,6 +19,7 @@ from redis.exceptions import NoScriptError, WatchError
 
 from bot.metrics import MetricUpdate, Tally, run_duration, run_settled
 from bot.model import Chain, IssueRef, Labels, Run, RunState
+from bot.snapshot import IssueText
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,12 @@ return ARGV[1]
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
+"""
+# Grant an issue more continuations, unless the grants would pass a cap: {granted, total}.
+_GRANT = """
+local total = tonumber(redis.call('GET', KEYS[1]) or '0')
+if total + tonumber(ARGV[1]) > tonumber(ARGV[2]) then return {0, total} end
+return {1, redis.call('INCRBY', KEYS[1], ARGV[1])}
 """
 
 
@@ -186,6 +193,7 @@ class Store:
         self._release = client.register_script(_RELEASE)
         self._close_window = client.register_script(_CLOSE_WINDOW)
         self._take_slot = client.register_script(_TAKE_SLOT)
+        self._grant = client.register_script(_GRANT)
 
     @classmethod
     def from_url(cls, url: str, lock_ttl_ms: int = LOCK_TTL_MS) -> Store:
@@ -577,12 +585,63 @@ class Store:
         value = self.redis.get(_issue_key(issue, "checkpoint", str(attempt)))
         return None if value is None else _text(value)
 
+    # The issue's text as queued (bot/snapshot.py) --------------------------
+
+    def queued_text(self, issue: IssueRef) -> IssueText | None:
+        """Return the issue's text as queued, with the edits made since, if recorded."""
+        raw = self.redis.get(_issue_key(issue, "queued-text"))
+        return None if raw is None else IssueText.model_validate_json(raw)
+
+    def update_queued_text(
+        self, issue: IssueRef, change: Callable[[IssueText | None], IssueText | None]
+    ) -> IssueText | None:
+        """Apply change to the issue's text record atomically; return it, or None if unchanged.
+
+        change is a pure function of the record as stored (None when there is none);
+        it returns None to leave it as it is. The record lives until the issue is
+        queued again, or closed (or for RUN_TTL_S untouched).
+        """
+        key = _issue_key(issue, "queued-text")
+        with self.redis.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(key)  # type: ignore[no-untyped-call]
+                    raw = pipe.get(key)
+                    current = None if raw is None else IssueText.model_validate_json(raw)
+                    new = change(current)
+                    if new is None:
+                        pipe.unwatch()
+                        return None
+                    pipe.multi()
+                    pipe.set(key, new.model_dump_json(), ex=RUN_TTL_S)
+                    pipe.execute()
+                    return new
+                except WatchError:
+                    continue
+
+    def forget_queued_text(self, issue: IssueRef) -> None:
+        """Drop the issue's text record (the issue was closed)."""
+        self.redis.delete(_issue_key(issue, "queued-text"))
+
     # Comment commands -----------------------------------------------------
 
     def first_command(self, repo: str, comment_id: int) -> bool:
         """Record that a command comment was handled; False if it was before (a redelivery)."""
         key = f"{_PREFIX}:command:{repo}:{comment_id}"
         return bool(self.redis.set(key, "1", nx=True, ex=RUN_TTL_S))
+
+    def first_review(self, repo: str, review_id: int) -> bool:
+        """Record that a review acted on a run; False if one did before (a redelivery)."""
+        key = f"{_PREFIX}:review:{repo}:{review_id}"
+        return bool(self.redis.set(key, "1", nx=True, ex=RUN_TTL_S))
+
+    def first_queue_refusal(self, issue: IssueRef) -> bool:
+        """Record that the issue was told who may queue it; False if it was already."""
+        return bool(self.redis.set(_issue_key(issue, "queue-refused"), "1", nx=True, ex=RUN_TTL_S))
+
+    def forget_queue_refusal(self, issue: IssueRef) -> None:
+        """Forget that the issue was told who may queue it (the comment was not posted)."""
+        self.redis.delete(_issue_key(issue, "queue-refused"))
 
     def cached_role(self, repo: str, login: str) -> str | None:
         """Return a collaborator's role on the repository, if it was looked up lately."""
@@ -593,9 +652,16 @@ class Store:
         """Keep a collaborator's role briefly: a revoked permission must take effect soon."""
         self.redis.set(f"{_PREFIX}:role:{repo}:{login}", role, ex=ROLE_TTL_S)
 
-    def raise_budget(self, issue: IssueRef, continuations: int) -> int:
-        """Give the issue more continuations than its policy; return how many extra in all."""
-        return int(self.redis.incrby(_issue_key(issue, "extra-continuations"), continuations))
+    def grant_budget(self, issue: IssueRef, continuations: int, cap: int) -> tuple[bool, int]:
+        """Give the issue more continuations than its policy, unless all grants would pass cap.
+
+        Returns whether they were granted and how many extra the issue has in all.
+        """
+        granted, total = cast(
+            list[int],
+            self._grant(keys=[_issue_key(issue, "extra-continuations")], args=[continuations, cap]),
+        )
+        return bool(granted), int(total)
 
     def extra_continuations(self, issue: IssueRef) -> int:
         """Return the continuations maintainers added to the issue's budget."""

@@ -10,7 +10,9 @@ that two never overlap:
   the check webhook never came;
 - halted issues whose window has reopened are resumed (a lost re-entry);
 - an open issue carrying the queue label that nothing is working on (a missed
-  `labeled` webhook) is picked up;
+  `labeled` webhook) is picked up, as the login that last added the label, which
+  the job judges as it does a webhook's sender; its text as read then stands for
+  the text the lost event carried;
 - Baton's labels on issues in flight that drifted from their recorded state are
   corrected (an issue a maintainer took every Baton label off is left alone).
 """
@@ -34,6 +36,8 @@ from bot.github import GitHubApp, GitHubClient, github_app
 from bot.labels import recorded_labels, sync_labels
 from bot.model import IssueRef, Run, RunState, utcnow
 from bot.recovery import Services, conclude, halted_plan, resume
+from bot.snapshot import snapshot
+from bot.standing import labeller
 from bot.tracker import label_names, load_repo_config, read_issue
 
 log = logging.getLogger(__name__)
@@ -164,13 +168,27 @@ async def _queued_but_idle(
                     number=int(data["number"]),
                 )
                 if issue not in waiting and _idle(services, issue):
+                    # Who put the label on is judged by the job, as for a labeled webhook.
+                    found = await labeller(gh, issue, queue_label)
+                    queued_by = found[0] if found is not None else None
                     body = data.get("body")
+                    # Its label event was lost with the text it carried: what is read now
+                    # stands for the issue as queued.
+                    text = snapshot(str(data["title"]), body, utcnow(), queued_by, "sweep")
                     job = (
-                        queue_chain_job(issue, SWEEP_KEY)
+                        queue_chain_job(issue, SWEEP_KEY, queued_by, text)
                         if names_a_chain(body, issue.repo)
-                        else run_issue_job(settings, issue, SWEEP_KEY)
+                        else run_issue_job(
+                            settings, issue, SWEEP_KEY, queued_by=queued_by, text=text
+                        )
                     )
                     services.dispatch.enqueue([job])
+                    log.info(
+                        "sweep: %s carries %s with nothing working on it: picked up, with its "
+                        "text as read now (the lost label event carried it as queued)",
+                        issue,
+                        queue_label,
+                    )
                     report.picked_up.append(str(issue))
 
 

@@ -6,16 +6,28 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import orjson
 import redis
 from aiohttp import web
-from gidgethub import ValidationFailure, sansio
+from gidgethub import sansio
 from rq import Worker
 
 from bot.dispatch import Dispatcher
+from bot.ingress import (
+    SESSION_TTL_S,
+    FailedTokens,
+    UnverifiedReads,
+    client_address,
+    is_loopback_host,
+    new_session,
+    session_key,
+    session_valid,
+    signature_matches,
+)
 from bot.intake import Intake
 from bot.logs import log_context
 from bot.metrics import (
@@ -33,10 +45,20 @@ from bot.settings import Settings
 from bot.status_page import render_status_page
 from bot.store import IntakeLog, Store
 from handlers import HandlerContext, router
+from handlers.payloads import payload_problem
 
 log = logging.getLogger(__name__)
 
-MAX_PAYLOAD_BYTES = 25 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB
+# GitHub caps webhook payloads at 25 MB: a smaller cap would refuse deliveries GitHub does
+# send (a push lists every commit pushed, with every path each one touched). What bounds
+# memory is the budget of unverified reads below, not this cap.
+MAX_PAYLOAD_BYTES = 25 * 1024 * 1024
+# Bodies read before their signature is checked: at most this many at once, declaring at
+# most this many bytes together (about 2.5 of the largest). A routed payload is a few kB and
+# is read in one turn of the event loop, so only slow or huge bodies hold a slot for long.
+UNVERIFIED_READS = 64
+UNVERIFIED_BUDGET_BYTES = 64 * 1024 * 1024
+READ_TIMEOUT_S = 10.0  # GitHub itself gives up on a delivery after 10 s
 QUEUE_LABELS_REFRESH_S = 2.0
 
 
@@ -45,10 +67,17 @@ class WebContext:
     """What the web process holds for its whole life."""
 
     settings: Settings
+    secret: str  # the webhook secret
     store: Store
     dispatch: Dispatcher
     intake: Intake
     queue_labels: dict[str, str] = field(default_factory=dict)
+    reads: UnverifiedReads = field(
+        default_factory=lambda: UnverifiedReads(UNVERIFIED_READS, UNVERIFIED_BUDGET_BYTES)
+    )
+    failed_tokens: FailedTokens = field(default_factory=FailedTokens)
+    operator_token: str | None = None  # None: the operator pages are off
+    operator_key: bytes | None = None  # signs the status page's sessions
     _bot_login: str | None = None
 
     def bot_login(self) -> str | None:
@@ -64,19 +93,62 @@ CONTEXT = web.AppKey("context", WebContext)
 OPERATOR_COOKIE = "baton_operator"
 
 
-def operator_allowed(request: web.Request) -> bool:
-    """Return whether the request carries the operator token (header or cookie).
-
-    Raises 404 when no token is set: operator pages are never public by default.
-    """
-    token = request.app[CONTEXT].settings.operator_token
+def _operator_token(request: web.Request) -> str:
+    """Return the operator token; 404 when none is set: operator pages are never public."""
+    token = request.app[CONTEXT].operator_token
     if token is None:
         raise web.HTTPNotFound(text="operator pages are off: set BATON_OPERATOR_TOKEN\n")
-    expected = token.get_secret_value().encode()
+    return token
+
+
+def _client(request: web.Request) -> str:
+    return client_address(request.remote, request.headers.get("X-Forwarded-For"))
+
+
+def _throttled(request: web.Request) -> None:
+    """Answer 429 to an address that offered too many wrong operator tokens of late."""
+    wait = request.app[CONTEXT].failed_tokens.retry_after(_client(request), time.time())
+    if wait:
+        raise web.HTTPTooManyRequests(
+            text=f"Too many wrong operator tokens from this address: try again in {wait} s.\n",
+            headers={"Retry-After": str(wait)},
+        )
+
+
+def _token_matches(request: web.Request, offered: str, token: str) -> bool:
+    """Compare an offered token in constant time; count it against its address if wrong."""
+    matches = hmac.compare_digest(offered.encode(), token.encode())
+    if not matches:
+        request.app[CONTEXT].failed_tokens.failed(_client(request), time.time())
+    return matches
+
+
+def operator_allowed(request: web.Request) -> bool:
+    """Return whether the request carries the operator token as Bearer, or a session cookie.
+
+    Raises 404 when no token is set, 429 while its address is refused for wrong tokens.
+    A request that offers nothing is refused without counting against its address.
+    """
+    token = _operator_token(request)
+    _throttled(request)
     scheme, _, offered = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer":
-        offered = request.cookies.get(OPERATOR_COOKIE, "")
-    return hmac.compare_digest(offered.encode(), expected)
+    if scheme.lower() == "bearer":
+        return _token_matches(request, offered, token)
+    session = request.cookies.get(OPERATOR_COOKIE)
+    if session is None:
+        return False
+    key = request.app[CONTEXT].operator_key
+    assert key is not None  # made with the app whenever a token is set
+    if session_valid(key, session, time.time()):
+        return True
+    request.app[CONTEXT].failed_tokens.failed(_client(request), time.time())
+    return False
+
+
+def cookie_secure(request: web.Request) -> bool:
+    """Return whether the session cookie is Secure: always, but on a loopback host over HTTP."""
+    tls = request.secure or request.headers.get("X-Forwarded-Proto") == "https"
+    return tls or not is_loopback_host(request.headers.get("Host", ""))
 
 
 UNKNOWN_EVENT = "unknown"  # the event a delivery is counted under until its signature is verified
@@ -90,15 +162,23 @@ class _Answer:
     outcome: str
     reason: str | None = None
     event: str = UNKNOWN_EVENT
+    retry_after_s: int | None = None
 
     def response(self) -> web.Response:
         """Return the JSON answer: the outcome, and why when there is more to say."""
         answer = {"outcome": self.outcome}
         if self.reason is not None:
             answer["reason"] = self.reason
+        headers = {} if self.retry_after_s is None else {"Retry-After": str(self.retry_after_s)}
         return web.Response(
-            body=orjson.dumps(answer), status=self.status, content_type="application/json"
+            body=orjson.dumps(answer),
+            status=self.status,
+            content_type="application/json",
+            headers=headers,
         )
+
+
+_TOO_LARGE = _Answer(413, "refused", "payload over GitHub's 25 MB cap")
 
 
 async def receive_webhook(request: web.Request) -> web.Response:
@@ -109,24 +189,42 @@ async def receive_webhook(request: web.Request) -> web.Response:
     return answer.response()
 
 
+async def _verified_body(request: web.Request) -> bytes | _Answer:
+    """Read the body under the cap and the unverified-read budget, and check its signature."""
+    size = request.content_length
+    if size is not None and size > MAX_PAYLOAD_BYTES:
+        return _TOO_LARGE
+    reads = request.app[CONTEXT].reads
+    weight = MAX_PAYLOAD_BYTES if size is None else size
+    if not reads.take(weight):
+        log.warning("refused a delivery from %s: too many bodies being read", request.remote)
+        return _Answer(503, "retry", "too many deliveries being read", retry_after_s=1)
+    try:
+        if request.content.is_eof():  # all of it arrived with the headers: nothing to wait for
+            body = await request.read()
+        else:
+            async with asyncio.timeout(READ_TIMEOUT_S):
+                body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _TOO_LARGE
+    except TimeoutError:
+        return _Answer(408, "refused", f"body not received within {READ_TIMEOUT_S:.0f} s")
+    finally:
+        reads.give_back(weight)
+    signature = request.headers.get("X-Hub-Signature-256")
+    if not signature:
+        return _Answer(401, "refused", "missing X-Hub-Signature-256")
+    if not signature_matches(body, signature, request.app[CONTEXT].secret):
+        log.warning("refused a delivery with a bad signature from %s", request.remote)
+        return _Answer(401, "refused", "signature does not match")
+    return body
+
+
 async def _receive(request: web.Request) -> _Answer:
     web_ctx = request.app[CONTEXT]
-    if request.content_length is not None and request.content_length > MAX_PAYLOAD_BYTES:
-        return _Answer(413, "refused", "payload over GitHub's 25 MB cap")
-    try:
-        body = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        return _Answer(413, "refused", "payload over GitHub's 25 MB cap")
-    secret = web_ctx.settings.webhook_secret
-    if secret is not None:
-        signature = request.headers.get("X-Hub-Signature-256")
-        if not signature:
-            return _Answer(401, "refused", "missing X-Hub-Signature-256")
-        try:
-            sansio.validate_event(body, signature=signature, secret=secret)
-        except ValidationFailure:
-            log.warning("refused a delivery with a bad signature from %s", request.remote)
-            return _Answer(401, "refused", "signature does not match")
+    body = await _verified_body(request)
+    if isinstance(body, _Answer):
+        return body
     event_name = request.headers.get("X-GitHub-Event")
     delivery_id = request.headers.get("X-GitHub-Delivery")
     if not event_name or not delivery_id:
@@ -137,9 +235,16 @@ async def _receive(request: web.Request) -> _Answer:
         return _Answer(400, "refused", "body is not JSON", event_name)
     if not isinstance(data, dict):
         return _Answer(400, "refused", "body is not a JSON object", event_name)
+    action = data.get("action")
+    if not isinstance(action, str | None):
+        return _refused(event_name, None, "action: not a string")
     event = sansio.Event(data, event=event_name, delivery_id=delivery_id)
     if not router.fetch(event):
         return _Answer(202, "ignored", event=event_name)
+    # What the handlers read is checked before they run: they, and the jobs, see only that.
+    problem = payload_problem(event_name, action, data)
+    if problem is not None:
+        return _refused(event_name, action, problem)
     ctx = HandlerContext(
         settings=web_ctx.settings,
         bot_login=web_ctx.bot_login,
@@ -160,6 +265,13 @@ async def _receive(request: web.Request) -> _Answer:
         log.error("delivery %s (%s): Redis unavailable: %s", delivery_id, event_name, exc)
         return _Answer(503, "retry", "state store unavailable", event_name)
     return _Answer(202, "accepted", event=event_name)
+
+
+def _refused(event: str, action: str | None, problem: str) -> _Answer:
+    """Refuse a signed delivery Baton cannot use, in one log line naming what is wrong."""
+    named = f"{event}.{action}" if action is not None else event
+    log.warning("refused %s: unusable payload: %s", named, problem)
+    return _Answer(400, "refused", f"unusable payload: {problem}", event)
 
 
 DELIVERIES = web.AppKey("deliveries", Tally)  # counted in memory, written about once a second
@@ -236,7 +348,9 @@ async def health(request: web.Request) -> web.Response:
         depths = ctx.dispatch.depths()
         backlog = ctx.store.intake_backlog()
     except Exception as exc:
-        return web.json_response({"status": "degraded", "redis": str(exc)}, status=503)
+        # The detail is the operator's (the log); the public learns only that it is down.
+        log.error("healthz: Redis unavailable: %s", exc)
+        return web.json_response({"status": "degraded", "redis": "unavailable"}, status=503)
     return web.json_response(
         {"status": "ok", "redis": "ok", "queues": depths, "intake_backlog": backlog}
     )
@@ -264,23 +378,30 @@ def _status_refused() -> web.Response:
 
 async def status_page(request: web.Request) -> web.Response:
     """Serve the operator's status page; ?token=<operator token> trades the token for a cookie."""
-    ctx = request.app[CONTEXT]
-    allowed = operator_allowed(request)
     offered = request.query.get("token")
     if offered is not None:
-        token = ctx.settings.operator_token
-        assert token is not None  # operator_allowed answers 404 without one
-        if not hmac.compare_digest(offered.encode(), token.get_secret_value().encode()):
+        token = _operator_token(request)
+        _throttled(request)
+        if not _token_matches(request, offered, token):
             return _status_refused()
-        # Into a cookie, and out of the address bar, the history and any shared link.
+        # Out of the address bar, the history and any shared link; the cookie holds a
+        # signed expiry, never the token.
+        key = request.app[CONTEXT].operator_key
+        assert key is not None  # made with the app whenever a token is set
         redirect = web.Response(status=303, headers={"Location": request.path})
-        secure = request.secure or request.headers.get("X-Forwarded-Proto") == "https"
         redirect.set_cookie(
-            OPERATOR_COOKIE, offered, path="/", httponly=True, samesite="Strict", secure=secure
+            OPERATOR_COOKIE,
+            new_session(key, time.time()),
+            path="/",
+            max_age=SESSION_TTL_S,
+            httponly=True,
+            samesite="Strict",
+            secure=cookie_secure(request),
         )
         return redirect
-    if not allowed:
+    if not operator_allowed(request):
         return _status_refused()
+    ctx = request.app[CONTEXT]
     now = utcnow()
     try:
         # The store speaks synchronous redis-py: read it off the event loop.
@@ -318,10 +439,19 @@ async def _keep_queue_labels(app: web.Application) -> AsyncIterator[None]:
 
 def create_app(settings: Settings, store: Store, dispatch: Dispatcher) -> web.Application:
     """Build the web application."""
-    settings.webhook_secret  # noqa: B018 - refuse to build an app that would accept unsigned events
+    secret = settings.webhook_secret  # refuses to build an app that would accept unsigned events
+    operator_token = settings.operator_secret  # refuses a token short enough to guess
     app = web.Application(client_max_size=MAX_PAYLOAD_BYTES)
     intake_log = IntakeLog.from_url(settings.redis_url)
-    app[CONTEXT] = WebContext(settings, store, dispatch, Intake(intake_log))
+    app[CONTEXT] = WebContext(
+        settings,
+        secret,
+        store,
+        dispatch,
+        Intake(intake_log),
+        operator_token=operator_token,
+        operator_key=None if operator_token is None else session_key(operator_token),
+    )
 
     async def close_intake(_app: web.Application) -> None:
         await intake_log.close()

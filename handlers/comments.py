@@ -7,7 +7,7 @@ import logging
 from gidgethub.routing import Router
 from gidgethub.sansio import Event
 
-from bot.commands import parse_command
+from bot.commands import is_bot, parse_command, trusted
 from bot.dispatch import command_job
 from handlers.context import HandlerContext
 
@@ -21,8 +21,10 @@ async def command_posted(event: Event, ctx: HandlerContext) -> None:
     comment = event.data["comment"]
     if parse_command(comment.get("body")) is None:
         return
-    if event.data["sender"].get("type") == "Bot":
-        log.info("delivery %s: ignored a command from a bot", event.delivery_id)
+    sender = event.data["sender"]
+    login = str(sender.get("login") or "")
+    if is_bot(login, sender.get("type")) and not trusted(login, ctx.settings.trusted_bots):
+        log.info("delivery %s: ignored a command from the bot @%s", event.delivery_id, login)
         return
     issue = ctx.issue_ref(event)
     if issue is not None:

@@ -1,30 +1,82 @@
-"""Issue events: the queue label starts a run, or a chain when the issue names one."""
+"""Issue events: the queue label starts a run, or a chain when the issue names one.
+
+The label event's issue is the text the agent works from: it goes to the run (or
+chain) job, which records it. An edit of the title or body goes to a job that asks
+who made it.
+"""
 
 from __future__ import annotations
+
+import logging
+from typing import Any
 
 from gidgethub.routing import Router
 from gidgethub.sansio import Event
 
 from bot.chains import names_a_chain
-from bot.dispatch import issue_closed_job, queue_chain_job, run_issue_job
+from bot.dispatch import issue_closed_job, issue_edited_job, queue_chain_job, run_issue_job
+from bot.snapshot import BODY_CAP, Snapshot, github_time, snapshot
 from handlers.context import HandlerContext
 
+log = logging.getLogger(__name__)
 router = Router()
 
 
 @router.register("issues", action="labeled")
 async def queue_label_added(event: Event, ctx: HandlerContext) -> None:
-    """Run the issue when a human puts the queue label on it."""
+    """Run the issue when a human puts the queue label on it; the job judges who did."""
     repo = event.data["repository"]["full_name"]
     if event.data["label"]["name"] != ctx.queue_label(repo) or ctx.sent_by_baton(event):
         return
     issue = ctx.issue_ref(event)
     if issue is None:
         return
+    sender = str(event.data["sender"]["login"])
+    text = _queued_text(event.data["issue"], sender)
     if names_a_chain(event.data["issue"].get("body"), issue.repo):
-        ctx.enqueue(queue_chain_job(issue, event.delivery_id))
+        ctx.enqueue(queue_chain_job(issue, event.delivery_id, sender, text))
     else:
-        ctx.enqueue(run_issue_job(ctx.settings, issue, event.delivery_id))
+        ctx.enqueue(
+            run_issue_job(ctx.settings, issue, event.delivery_id, queued_by=sender, text=text)
+        )
+
+
+def _queued_text(data: dict[str, Any], sender: str) -> Snapshot | None:
+    """Return the issue's text as the label event carried it (None without GitHub's time)."""
+    at = github_time(data.get("updated_at"))
+    if at is None:
+        return None
+    return snapshot(str(data["title"]), data.get("body"), at, sender, "label")
+
+
+@router.register("issues", action="edited")
+async def issue_edited(event: Event, ctx: HandlerContext) -> None:
+    """Have an edit of the issue's title or body judged: whose it is decides if it counts."""
+    changed = [name for name in ("title", "body") if name in event.data["changes"]]
+    if not changed or ctx.sent_by_baton(event):
+        return
+    issue = ctx.issue_ref(event)
+    if issue is None:
+        return
+    data = event.data["issue"]
+    at = github_time(data["updated_at"])
+    if at is None:
+        log.warning("delivery %s: an issue edit without GitHub's time; dropped", event.delivery_id)
+        return
+    queue_label = ctx.queue_label(issue.repo).casefold()
+    labelled = any(str(label["name"]).casefold() == queue_label for label in data["labels"])
+    ctx.enqueue(
+        issue_edited_job(
+            issue,
+            str(event.data["sender"]["login"]),
+            event.delivery_id,
+            at,
+            changed,
+            str(data["title"]),
+            (data.get("body") or "")[:BODY_CAP],
+            labelled,
+        )
+    )
 
 
 @router.register("issues", action="closed")

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from gidgethub.routing import Router
 from gidgethub.sansio import Event
 
+from bot.commands import is_bot, trusted
 from bot.dispatch import pull_closed_job, review_job
 from bot.git import BRANCH_PREFIX
 from handlers.context import HandlerContext
 
+log = logging.getLogger(__name__)
 router = Router()
 
 
@@ -30,12 +33,20 @@ async def pull_closed(event: Event, ctx: HandlerContext) -> None:
 
 @router.register("pull_request_review", action="submitted")
 async def review_submitted(event: Event, ctx: HandlerContext) -> None:
-    """Send requested changes on a Baton PR back to the agent."""
+    """Send requested changes on a Baton PR back to the agent; the job judges the reviewer."""
     review, pull = event.data["review"], event.data["pull_request"]
     if str(review["state"]).lower() != "changes_requested" or not _batons(pull):
+        return
+    author = str(review["user"]["login"])
+    if is_bot(author, review["user"].get("type")) and not trusted(
+        author, ctx.settings.trusted_bots
+    ):
+        log.info("delivery %s: ignored a review by the bot @%s", event.delivery_id, author)
         return
     installation_id = ctx.installation_id(event)
     if installation_id is not None and not ctx.sent_by_baton(event):
         repo = event.data["repository"]["full_name"]
-        author = str(review["user"]["login"])
-        ctx.enqueue(review_job(installation_id, repo, pull["number"], review["id"], author))
+        submitted = str(review.get("submitted_at") or "")
+        ctx.enqueue(
+            review_job(installation_id, repo, pull["number"], review["id"], author, submitted)
+        )

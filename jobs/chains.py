@@ -6,17 +6,30 @@ import asyncio
 
 from bot import chainwork
 from bot.model import IssueRef
+from bot.snapshot import from_job
 from jobs import job, services
 
 
 @job
-def queue_chain(installation_id: int, repo: str, number: int) -> str:
+def queue_chain(
+    installation_id: int,
+    repo: str,
+    number: int,
+    queued_by: str = "",
+    title: str = "",
+    body: str = "",
+    queued_at: str = "",
+    how: str = "",
+) -> str:
     """Plan the chain the queued issue names and start its first incomplete link.
 
-    Returns whether it was queued; its links are in the log.
+    Returns whether it was queued; its links are in the log. queued_by: who put the
+    queue label on ("": the job finds out). title, body, queued_at and how: the
+    issue's text as queued, when the job carries it.
     """
     issue = IssueRef(installation_id=installation_id, repo=repo, number=number)
-    chain = asyncio.run(chainwork.queue_chain(services(), issue))
+    text = from_job(title, body, queued_at, how, queued_by or None)
+    chain = asyncio.run(chainwork.queue_chain(services(), issue, queued_by or None, text))
     return "queued" if chain else "not queued"
 
 

@@ -7,12 +7,31 @@ import asyncio
 from bot import runner
 from bot.dispatch import RunMode
 from bot.model import IssueRef
+from bot.snapshot import from_job
 from jobs import job, services
 
 
 @job
-def run_issue(installation_id: int, repo: str, number: int, mode: str, after: int) -> str:
-    """Claim the issue and run one attempt; return the state it ended in."""
+def run_issue(
+    installation_id: int,
+    repo: str,
+    number: int,
+    mode: str,
+    after: int,
+    queued_by: str = "",
+    title: str = "",
+    body: str = "",
+    queued_at: str = "",
+    how: str = "",
+) -> str:
+    """Claim the issue and run one attempt; return the state it ended in.
+
+    queued_by: who put the queue label on, for a fresh run ("": the run finds out).
+    title, body, queued_at and how: the issue's text as queued, when the job carries it.
+    """
     issue = IssueRef(installation_id=installation_id, repo=repo, number=number)
-    run = asyncio.run(runner.run_issue(services(), issue, RunMode(mode), after))
+    text = from_job(title, body, queued_at, how, queued_by or None)
+    run = asyncio.run(
+        runner.run_issue(services(), issue, RunMode(mode), after, queued_by or None, text)
+    )
     return run.state.value if run is not None else "not started"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 
 from bot import settle
 from bot.model import IssueRef
@@ -17,10 +18,13 @@ def settle_head(installation_id: int, repo: str, head_sha: str) -> str:
 
 
 @job
-def settle_review(installation_id: int, repo: str, pull: int, review_id: int, author: str) -> str:
+def settle_review(
+    installation_id: int, repo: str, pull: int, review_id: int, author: str, submitted_at: str = ""
+) -> str:
     """Send a review's requested changes back to the agent; return what happened."""
+    submitted = datetime.fromisoformat(submitted_at) if submitted_at else None
     run = asyncio.run(
-        settle.settle_review(services(), installation_id, repo, pull, review_id, author)
+        settle.settle_review(services(), installation_id, repo, pull, review_id, author, submitted)
     )
     return run.state.value if run is not None else "unchanged"
 

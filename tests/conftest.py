@@ -77,7 +77,7 @@ def dispatch(settings: Settings, redis_url: str) -> Dispatcher:
     return Dispatcher.from_url(redis_url, settings)
 
 
-OPERATOR_TOKEN = "operator-token-for-tests"
+OPERATOR_TOKEN = "operator-token-for-tests-long-enough-to-be-accepted"
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import re
 import stat
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from bot.agents.resets import (
     zone_named,
 )
 from bot.agents.stream import Reader, Reading
+from bot.jail import Jail
 from bot.model import AgentResult
 from tests.test_agents import SECRETS, request_for
 
@@ -629,8 +631,26 @@ def test_claude_argv_asks_for_stream_json_and_the_turn_cap(tmp_path: Path) -> No
     assert {"--verbose", "--strict-mcp-config"} <= set(argv)
     assert argv[argv.index("--output-format") + 1] == "stream-json"
     assert argv[argv.index("--max-turns") + 1] == "7"
-    assert argv[argv.index("--permission-mode") + 1] == "acceptEdits"
     assert argv[-2:] == ["--allowedTools", "Read"]
+
+
+def test_claude_may_use_every_tool_in_the_jail_and_edits_and_shell_outside_it(
+    tmp_path: Path,
+) -> None:
+    def permissions(argv: list[str]) -> list[str]:
+        at = argv.index("--permission-mode")
+        return argv[at : at + 4]
+
+    outside = claude.ClaudeAdapter().argv(request_for(tmp_path))  # BATON_AGENT_SANDBOX=off
+    assert permissions(outside) == ["--permission-mode", "acceptEdits", "--allowedTools", "Bash"]
+    jail = Jail(tmp_path, tmp_path, tmp_path, tmp_path, system=())
+    inside = claude.ClaudeAdapter().argv(replace(request_for(tmp_path), jail=jail))
+    assert permissions(inside)[:3] == ["--permission-mode", "bypassPermissions", "--settings"]
+    assert json.loads(permissions(inside)[3]) == {"sandbox": {"enabled": False}}
+    chosen = claude.ClaudeAdapter(permission_mode="plan").argv(
+        replace(request_for(tmp_path), jail=jail)
+    )
+    assert permissions(chosen)[:2] == ["--permission-mode", "plan"]
 
 
 def test_codex_and_aider_argv_take_the_brief_from_stdin_or_a_file(tmp_path: Path) -> None:
@@ -640,7 +660,8 @@ def test_codex_and_aider_argv_take_the_brief_from_stdin_or_a_file(tmp_path: Path
     assert codex_argv[codex_argv.index("--cd") + 1] == str(request.worktree)
     aider_argv = aider.AiderAdapter().argv(request)
     assert aider_argv[aider_argv.index("--message-file") + 1] == str(request.brief_path)
-    assert "--yes-always" in aider_argv
+    # Not --yes-always: under it aider refuses every shell command its model proposes.
+    assert "--yes-always" not in aider_argv
 
 
 @pytest.mark.parametrize("agent", ["claude", "codex"])
@@ -712,6 +733,7 @@ async def test_agent_environment_holds_no_github_credential(
         assert "CLAUDECODE" not in env
         assert env["CLAUDE_CONFIG_DIR"] == str(request.home / "claude")
         assert (env["CLAUDE_CODE_MAX_RETRIES"], env["DISABLE_AUTOUPDATER"]) == ("3", "1")
+        assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == env["DISABLE_TELEMETRY"] == "1"
     else:
         assert Path(env["CODEX_HOME"]).is_dir()
 

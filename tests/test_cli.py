@@ -15,12 +15,13 @@ from bot.model import Chain, IssueRef, Run
 from bot.store import Store
 
 
-def baton(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+def baton(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
     base = {
         k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "BATON_", "REDIS_"))
     }
     return subprocess.run(
         [sys.executable, "-m", "bot", *args],
+        cwd=cwd,
         env={**base, **env},
         capture_output=True,
         text=True,
@@ -29,12 +30,29 @@ def baton(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_web_without_a_webhook_secret_names_the_variable(redis_url: str) -> None:
-    result = baton("web", REDIS_URL=redis_url)
+@pytest.mark.parametrize("env", [{}, {"BATON_DEMO": "1"}], ids=["plain", "BATON_DEMO=1"])
+def test_web_without_a_webhook_secret_names_the_variable(
+    redis_url: str, tmp_path: Path, env: dict[str, str]
+) -> None:
+    (tmp_path / ".env").write_text("BATON_DEMO=1\n")  # nothing there turns signatures off
+    result = baton("web", REDIS_URL=redis_url, cwd=tmp_path, **env)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "baton web: GITHUB_WEBHOOK_SECRET must be set: Baton refuses unsigned webhooks "
-        "(set BATON_DEMO=1 only for a local demo)"
+        "baton web: GITHUB_WEBHOOK_SECRET must be set: Baton refuses unsigned webhooks"
+    ]
+
+
+def test_web_refuses_an_operator_token_short_enough_to_guess(redis_url: str) -> None:
+    result = baton(
+        "web",
+        REDIS_URL=redis_url,
+        GITHUB_WEBHOOK_SECRET="s" * 40,
+        BATON_OPERATOR_TOKEN="x" * 31,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "baton web: BATON_OPERATOR_TOKEN is 31 characters: use 32 or more random ones "
+        "(e.g. `openssl rand -hex 32`)"
     ]
 
 

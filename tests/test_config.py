@@ -44,6 +44,7 @@ strict_preflight: true
 escalation_mentions: [octocat, hubot]
 max_concurrent_runs: 2
 required_checks: [test, lint]
+steer_min_role: admin
 setup: [npm ci, "sh -c 'make generate'"]
 labels:
   queue: agent:go
@@ -90,6 +91,7 @@ def test_a_full_file_gives_every_value() -> None:
         escalation_mentions=["octocat", "hubot"],
         max_concurrent_runs=2,
         required_checks=["test", "lint"],
+        steer_min_role="admin",
         setup=["npm ci", "sh -c 'make generate'"],
         labels=LabelsConfig(
             queue="agent:go",
@@ -412,6 +414,52 @@ def test_any_value_lowers_a_limit_the_deployment_leaves_unset(key: str, setting:
     config = file_setting(key, 1000)
     assert check_repo_limits(settings, config) == []
     assert getattr(apply_repo_config(settings, config), setting) == 1000
+
+
+ROLES = ["read", "triage", "write", "maintain", "admin"]
+
+
+@pytest.mark.parametrize(
+    ("deployed", "asked"),
+    [(d, a) for d in ROLES for a in ROLES if ROLES.index(a) >= ROLES.index(d)],
+)
+def test_a_file_may_raise_the_role_that_steers_baton_or_repeat_it(
+    deployed: str, asked: str
+) -> None:
+    settings = deployment(BATON_STEER_MIN_ROLE=deployed)
+    config = parse_repo_config(f"steer_min_role: {asked}\n")
+    assert check_repo_limits(settings, config) == []
+    assert apply_repo_config(settings, config).steer_min_role == asked
+
+
+@pytest.mark.parametrize(
+    ("deployed", "asked"), [(d, a) for d in ROLES for a in ROLES if ROLES.index(a) < ROLES.index(d)]
+)
+def test_a_file_lowering_the_role_that_steers_baton_is_refused_and_the_role_kept(
+    deployed: str, asked: str
+) -> None:
+    settings = deployment(BATON_STEER_MIN_ROLE=deployed)
+    config = parse_repo_config(f"steer_min_role: {asked}\n")
+    assert check_repo_limits(settings, config) == [
+        ConfigProblem(
+            "steer_min_role",
+            f"asks for `{asked}`, below this deployment's `{deployed}` (`BATON_STEER_MIN_ROLE`)",
+        )
+    ]
+    assert apply_repo_config(settings, config).steer_min_role == deployed
+    refused = RepoFile(config, "blob", "max_attempts: 1\nsteer_min_role: " + asked).refused_by(
+        settings
+    )
+    assert refused is not None and refused.error.problems[0].line == 2
+
+
+def test_the_role_that_steers_baton_is_write_unless_the_deployment_says_otherwise() -> None:
+    assert deployment().steer_min_role == "write"
+    assert apply_repo_config(deployment(), RepoConfig()).steer_min_role == "write"
+    error = error_of("steer_min_role: owner\n")
+    assert (error.key, error.line) == ("steer_min_role", 1)
+    with pytest.raises(ValueError, match="BATON_STEER_MIN_ROLE"):
+        deployment(BATON_STEER_MIN_ROLE="owner")
 
 
 def test_a_fractional_limit_is_named_as_written() -> None:

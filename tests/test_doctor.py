@@ -15,14 +15,19 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+import bot.doctor
+from bot.agents import TESTED_VERSIONS
 from bot.devstack import free_port, start_redis_server
 from bot.doctor import (
     MIN_FREE_BYTES,
     Finding,
+    check_agent,
     exit_code,
     fail,
+    judge_agent_version,
     judge_disk,
     judge_git,
+    judge_operator_token,
     judge_persistence,
     judge_redis_exposure,
     judge_sandbox,
@@ -62,11 +67,22 @@ def test_redis_persistence_is_judged_from_its_config() -> None:
 
 def test_the_webhook_secret_is_judged_without_being_shown() -> None:
     secret = "x" * 40
-    found = judge_webhook_secret(secret, demo_mode=False)
+    found = judge_webhook_secret(secret)
     assert found.status == "ok" and secret not in found.detail
-    assert judge_webhook_secret("short", demo_mode=False).status == "warn"
-    assert judge_webhook_secret(None, demo_mode=False).status == "FAIL"
-    assert judge_webhook_secret(None, demo_mode=True).status == "warn"
+    assert judge_webhook_secret("short").status == "warn"
+    unset = judge_webhook_secret(None)
+    assert unset.status == "FAIL" and "GITHUB_WEBHOOK_SECRET" in unset.detail
+
+
+def test_an_operator_token_baton_web_would_refuse_fails_without_being_shown() -> None:
+    short = "t" * 31
+    refused = judge_operator_token(short)
+    assert refused.status == "FAIL" and short not in refused.detail
+    assert "31 characters: use 32 or more" in refused.detail
+    token = "t" * 32
+    accepted = judge_operator_token(token)
+    assert accepted.status == "ok" and token not in accepted.detail
+    assert judge_operator_token(None).status == "ok"  # the operator pages are simply off
 
 
 def test_the_data_directory_must_be_writable_with_room() -> None:
@@ -269,6 +285,7 @@ async def test_a_good_setup_is_all_ok(deployment: dict[str, str], tmp_path: Path
         "app",
         "installation",
         "webhook secret",
+        "operator token",
         "agent",
         "sandbox",
         "sandbox probe",
@@ -283,6 +300,19 @@ async def test_a_good_setup_is_all_ok(deployment: dict[str, str], tmp_path: Path
         "environment are out of reach"
     )
     assert deployment["GITHUB_WEBHOOK_SECRET"] not in "\n".join(lines)
+
+
+async def test_an_operator_token_too_short_for_baton_web_fails(
+    deployment: dict[str, str], tmp_path: Path
+) -> None:
+    short = "guessable-operator-token"
+    code, lines = await doctor({**deployment, "BATON_OPERATOR_TOKEN": short}, tmp_path)
+    assert code == 1
+    assert line_of(lines, "operator token") == (
+        "FAIL operator token: baton web refuses it: BATON_OPERATOR_TOKEN is 24 characters: "
+        "use 32 or more random ones (e.g. `openssl rand -hex 32`)"
+    )
+    assert short not in "\n".join(lines)
 
 
 async def test_a_wrong_private_key_fails_and_names_the_fix(
@@ -380,3 +410,71 @@ async def test_a_sandbox_turned_off_is_a_warning(
     assert sandbox.startswith("warn sandbox: BATON_AGENT_SANDBOX=off: agents run uncontained")
     assert "loopback services such as Redis" in sandbox
     assert not [line for line in lines if "sandbox probe" in line]
+
+
+# ---------------------------------------------------------------- the agent CLI's version
+
+CLAUDE = Path(__file__).parents[1] / ".agents" / "npm" / "node_modules" / ".bin" / "claude"
+
+
+def test_an_agent_cli_outside_its_tested_range_is_a_warning() -> None:
+    tested = ("2.1.197", "2.1.x")
+    exact = judge_agent_version("claude", "/opt/claude", "2.1.197 (Claude Code)\n", tested)
+    assert exact == ok("agent", "claude 2.1.197: /opt/claude (tested with 2.1.197, accepted 2.1.x)")
+    assert judge_agent_version("claude", "/opt/claude", "2.1.240 (Claude Code)", tested).status == (
+        "ok"
+    )
+    newer = judge_agent_version("claude", "/opt/claude", "2.2.0 (Claude Code)", tested)
+    assert newer.status == "warn"
+    assert "claude 2.2.0 at /opt/claude is outside the range Baton is tested with" in newer.detail
+    assert newer.detail.endswith("install 2.1.197")
+    assert judge_agent_version("claude", "/c", "1.0.128 (Claude Code)", tested).status == "warn"
+    assert judge_agent_version("claude", "/c", "2.10.1", tested).status == "warn"
+    aider = judge_agent_version("aider", "/a/aider", "aider 0.86.2", ("0.86.2", "0.86.x"))
+    assert aider.status == "ok" and aider.detail.startswith("aider 0.86.2: /a/aider")
+    codex = judge_agent_version("codex", "/c/codex", "codex-cli 0.171.0", None)
+    assert codex == ok("agent", "codex 0.171.0: /c/codex (no tested range is recorded for it)")
+    silent = judge_agent_version("claude", "/opt/claude", None, tested)
+    assert silent.status == "warn" and "`claude --version` failed or did not answer" in (
+        silent.detail
+    )
+    garbled = judge_agent_version("claude", "/opt/claude", "Claude Code", tested)
+    assert garbled.status == "warn" and "said 'Claude Code'" in garbled.detail
+
+
+def fake_cli(tmp_path: Path, script: str) -> Path:
+    cli = tmp_path / "claude"
+    cli.write_text(f"#!/bin/sh\n{script}\n")
+    cli.chmod(0o755)
+    return cli
+
+
+def agent_settings(tmp_path: Path, binary: Path) -> Settings:
+    return Settings(
+        BATON_DATA_DIR=tmp_path / "data", BATON_AGENT="claude", BATON_AGENT_BINARY=str(binary)
+    )
+
+
+def test_the_installed_claude_code_is_the_tested_version(tmp_path: Path) -> None:
+    if not CLAUDE.exists():
+        reason = "Claude Code is not installed: run `bash .ci/install-agent-clis`"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    version, accepted = TESTED_VERSIONS["claude"]
+    found = check_agent(agent_settings(tmp_path, CLAUDE))
+    assert found == ok(
+        "agent", f"claude {version}: {CLAUDE} (tested with {version}, accepted {accepted})"
+    )
+
+
+def test_a_cli_version_outside_the_range_or_no_answer_warns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    newer = check_agent(agent_settings(tmp_path, fake_cli(tmp_path, "echo '9.0.0 (Claude Code)'")))
+    assert newer.status == "warn" and "claude 9.0.0 at" in newer.detail
+    monkeypatch.setattr(bot.doctor, "AGENT_VERSION_TIMEOUT_S", 0.5)
+    hung = check_agent(agent_settings(tmp_path, fake_cli(tmp_path, "exec sleep 30")))
+    assert hung.status == "warn" and "failed or did not answer" in hung.detail
+    failing = check_agent(agent_settings(tmp_path, fake_cli(tmp_path, "exit 3")))
+    assert failing.status == "warn"

@@ -33,7 +33,7 @@ AGENT = Path(__file__).parent / "agents" / "scripted_agent.py"
 CI_CHECKS_GREETING = "#!/bin/sh\nset -e\ngrep -q 'hello' greeting.txt\n"
 PROJECT = {"README.md": "# demo\n", ".sandbox/ci": CI_CHECKS_GREETING, "greeting.txt": "hi\n"}
 GREETING_FIX = "agent: write greeting.txt hello"
-OPERATOR_TOKEN = "operator-token-of-the-e2e-stack"
+OPERATOR_TOKEN = "operator-token-of-the-e2e-stack-long-enough-to-keep"
 ARTIFACTS = Path(__file__).parents[1] / "test-artifacts"  # screenshots for the README
 CHROMIUM_ARGS = [
     "--no-sandbox",

@@ -51,8 +51,7 @@ def workspace(tmp_path: Path) -> Workspace:
 
 async def commit_leftovers(workspace: Workspace, number: int, start: str, message: str) -> str:
     """Commit what the checkout holds, as Baton does after its agent, and collect it."""
-    io_dir = workspace.data_dir / "io" / str(number)
-    return await workspace.collect("octo/app", number, start, io_dir, leftovers=message)
+    return await workspace.collect("octo/app", number, start, leftovers=message)
 
 
 async def test_worktree_from_mirror_commit_and_push(workspace: Workspace, origin: Path) -> None:
@@ -66,7 +65,7 @@ async def test_worktree_from_mirror_commit_and_push(workspace: Workspace, origin
     assert tree == workspace.worktree_path("octo/app", 1)
     assert await commit_leftovers(workspace, 1, base, "nothing") == base
     (tree / "app.py").write_text("print('fixed')\n")
-    head = await commit_leftovers(workspace, 1, base, "Fix #1")
+    head = await commit_leftovers(workspace, 1, base, "Fix the greeting")
     assert head != base
     assert await workspace.has_diff("octo/app", base, head)
     assert await workspace.commits_since("octo/app", base, head) == 1
@@ -183,3 +182,26 @@ async def test_worktrees_of_closed_pull_requests_are_cleared_when_the_repository
     assert workspace.worktree_issues("octo/app") == [2, 4]
     assert "issue-1" not in sh(mirror, "worktree", "list")
     assert workspace.worktree_issues("octo/elsewhere") == []
+
+
+async def test_the_agents_commit_messages_close_nothing_and_mention_nobody(
+    workspace: Workspace, origin: Path
+) -> None:
+    mirror = await workspace.refresh_mirror("octo/app", str(origin), TOKEN)
+    base = await workspace.rev_parse(mirror, "refs/remotes/origin/main")
+    tree = await workspace.provision("octo/app", 1, "baton/issue-1", base)
+    (tree / "a.txt").write_text("one\n")
+    sh(tree, "add", "-A")
+    sh(tree, "commit", "-q", "-m", "Fixes #1, cc @octo/team")
+    (tree / "b.txt").write_text("two\n")
+    sh(tree, "add", "-A")
+    sh(tree, "commit", "-q", "-m", "Tidy up")
+    head = await commit_leftovers(workspace, 1, base, "leftovers")
+    first = sh(mirror, "log", "-1", "--format=%B", f"{head}~1")
+    assert "Fixes #1" not in first and "@octo/team" not in first
+    assert first.replace("\u200d", "") == "Fixes #1, cc @octo/team"
+    assert sh(mirror, "log", "-1", "--format=%B", head) == "Tidy up"
+    assert sh(mirror, "log", "-1", "--format=%an", f"{head}~1") == "T"
+    # The same commits always come out the same, so a checkpoint and the final push agree.
+    assert await commit_leftovers(workspace, 1, base, "leftovers") == head
+    assert sh(mirror, "rev-parse", f"{head}^{{tree}}") == sh(tree, "rev-parse", "HEAD^{tree}")

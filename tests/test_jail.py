@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from bot.agents import programs_of
+from bot.git import bundle_pack_offset
 from bot.jail import (
     AGENT_UID,
     EGRESS_DIR_INSIDE,
@@ -17,10 +19,12 @@ from bot.jail import (
     Jails,
     Mount,
     bwrap_argv,
-    install_root,
+    install_roots,
+    masked_in,
     passwd_lines,
     without_secrets,
 )
+from bot.settings import Settings
 
 HOME = Path("/home/worker")
 
@@ -88,30 +92,54 @@ def test_with_network_the_bridge_runs_first_and_the_proxy_socket_is_shown() -> N
 
 
 @pytest.mark.parametrize(
-    ("target", "root"),
+    ("target", "roots"),
     [
         (
             "/opt/node/lib/node_modules/@anthropic-ai/claude-code/cli.js",
-            "/opt/node/lib/node_modules/@anthropic-ai/claude-code",
+            ["/opt/node/lib/node_modules/@anthropic-ai/claude-code"],
         ),
-        ("/opt/tools/lib/node_modules/aider/bin/x.js", "/opt/tools/lib/node_modules/aider"),
-        (
-            "/home/worker/.pyenv/versions/3.12.1/bin/python3.12",
-            "/home/worker/.pyenv/versions/3.12.1",
-        ),
-        ("/home/worker/bin/tool", "/home/worker/bin"),  # never the whole home
-        ("/bin/tool", "/bin"),
-        ("/srv/agent/run.py", "/srv/agent"),
+        ("/opt/tools/lib/node_modules/aider/bin/x.js", ["/opt/tools/lib/node_modules/aider"]),
+        ("/opt/python3.12/bin/python3.12", ["/opt/python3.12"]),
+        ("/home/worker/bin/tool", ["/home/worker/bin"]),  # never the whole home
+        ("/bin/tool", ["/bin"]),
+        ("/srv/agent/run.py", ["/srv/agent"]),
     ],
 )
-def test_a_program_is_shown_with_what_it_was_installed_with(target: str, root: str) -> None:
-    assert install_root(Path(target), HOME) == Path(root)
+def test_a_program_is_shown_with_what_it_was_installed_with(target: str, roots: list[str]) -> None:
+    assert install_roots(Path(target), HOME) == tuple(Path(root) for root in roots)
 
 
-def test_nothing_shown_holds_a_secret(tmp_path: Path) -> None:
+def test_a_prefix_in_the_home_shows_its_bin_and_lib_never_what_lies_beside_them(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    local = home / ".local"
+    for part in ("bin", "lib/python3.11/site-packages", "share/keyrings", "state"):
+        (local / part).mkdir(parents=True)
+    assert install_roots(local / "bin" / "aider", home) == (local / "bin", local / "lib")
+    venv = home / "venvs" / "aider"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    assert install_roots(venv / "bin" / "aider", home) == (venv,)  # a virtualenv is whole
+
+
+def test_credential_files_are_found_a_few_levels_down(tmp_path: Path) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "npmrc").write_text("//registry/:_authToken=x")
+    (tmp_path / "credentials.toml").write_text("token")
+    (tmp_path / "lib" / "a" / "b" / "c").mkdir(parents=True)
+    (tmp_path / "lib" / "a" / "b" / "c" / ".netrc").write_text("too deep to look for")
+    assert sorted(masked_in([tmp_path])) == [
+        tmp_path / "credentials.toml",
+        tmp_path / "etc" / "npmrc",
+    ]
+
+
+def test_nothing_shown_holds_a_secret_or_lies_inside_one(tmp_path: Path) -> None:
     data = tmp_path / "srv" / "baton"
-    shown = [tmp_path / "srv", data / "mirrors" / "o" / "r.git" / "objects", tmp_path / "venv"]
+    shown = [tmp_path / "srv", data / "homes" / "o" / "r" / "issue-2", tmp_path / "venv"]
     assert without_secrets(shown, [data]) == (shown[1], shown[2])
+    assert without_secrets(shown, [data], [data]) == (shown[2],)
 
 
 def test_the_jail_has_one_user_whose_home_is_its_own() -> None:
@@ -187,3 +215,26 @@ def test_inside_the_jail_only_the_worktree_home_tmp_and_extra_paths_can_be_touch
     assert seen["read shadow"][0] == "no"
     assert max(seen["pids"]) < 10, "only the jail's own few processes are visible"
     assert (seen["uid"], seen["hostname"], seen["cwd"]) == (AGENT_UID, "baton-agent", str(worktree))
+
+
+def test_a_repository_command_never_chooses_which_host_paths_are_shown() -> None:
+    settings = Settings(BATON_AGENT_COMMAND="/usr/bin/python3 /etc/hostname")
+    operator = programs_of(settings, (), "/usr/bin/python3 /etc/hostname")
+    assert operator == ("/usr/bin/python3", "/etc/hostname")
+    from_repository = Settings(BATON_AGENT_COMMAND="cat /etc/hostname")
+    assert programs_of(from_repository, ("true /etc/hostname", "/bin/sh -c x"), "other") == (
+        "cat",
+        "true",
+    )
+
+
+def test_a_bundle_is_read_up_to_its_pack() -> None:
+    sha = "a" * 40
+    head = f"# v2 git bundle\n-{'b' * 40} base\n{sha} HEAD\n\nPACK....".encode()
+    refs, offset = bundle_pack_offset(head)
+    assert refs == {"HEAD": sha} and head[offset:].startswith(b"PACK")
+    v3 = f"# v3 git bundle\n@object-format=sha1\n{sha} HEAD\n\nPACK".encode()
+    assert bundle_pack_offset(v3)[0] == {"HEAD": sha}
+    for junk in (b"PACK", b"# v2 git bundle\nnot a ref\n\n", b"# v2 git bundle\n" + b"x" * 9):
+        with pytest.raises(ValueError):
+            bundle_pack_offset(junk)

@@ -37,7 +37,7 @@ from bot.manifest import load_manifest
 from bot.sandbox import server
 from bot.sandbox.git_backend import git_env
 from bot.sandbox.hub import HUB, Hub
-from tests.support import GITHUB_FIXTURES
+from tests.support import GITHUB_FIXTURES, payload
 
 ROOT = Path(__file__).resolve().parents[1]
 ADMIN = "<the admin token>"
@@ -486,6 +486,57 @@ async def test_issue_labels_send_signed_labeled_webhooks(sandbox: Sandbox) -> No
     assert await sandbox.ok("GET", f"{REPO}/issues") == []
 
 
+async def test_issue_edits_send_edited_webhooks_saying_what_changed_and_who(
+    sandbox: Sandbox,
+) -> None:
+    await sandbox.new_repo()
+    as_alice = {"X-Sandbox-As": "alice"}
+    opened = {"title": "Typo", "body": "teh"}
+    await sandbox.ok("POST", f"{REPO}/issues", opened, status=201, headers=as_alice)
+    await sandbox.ok("PATCH", f"{REPO}/issues/1", {"body": "the"}, headers=as_alice)
+    by_alice = await sandbox.receiver.wait_for("issues", "edited")
+    assert by_alice.payload["changes"] == {"body": {"from": "teh"}}
+    assert by_alice.payload["sender"]["login"] == "alice"
+    assert by_alice.payload["issue"]["body"] == "the"
+    # The keys of GitHub's own example, and the installation a delivery to an App carries.
+    assert set(payload("issues/edited.json")) | {"installation"} == set(by_alice.payload)
+
+    await sandbox.ok("PATCH", f"{REPO}/issues/1", {"title": "Typo in README", "body": "the"})
+    by_maintainer = await sandbox.receiver.wait_for(
+        "issues", "edited", where=lambda p: p["sender"]["login"] == "maintainer"
+    )
+    assert by_maintainer.payload["changes"] == {"title": {"from": "Typo"}}
+    assert by_maintainer.payload["issue"]["title"] == "Typo in README"
+
+
+async def test_a_merge_closes_the_issues_its_description_names_in_any_of_githubs_forms(
+    sandbox: Sandbox,
+) -> None:
+    await sandbox.new_repo()
+    await sandbox.new_repo("other")
+    for _ in range(7):
+        await sandbox.ok("POST", f"{REPO}/issues", {"title": "t"}, status=201)
+    await sandbox.ok("POST", "/repos/maintainer/other/issues", {"title": "t"}, status=201)
+    await sandbox.push_branch("work", {"fix.txt": "fixed\n"})
+    body = "\n".join(
+        [
+            "Fixes #1",
+            "resolved: GH-2",
+            "CLOSES maintainer/demo#3",
+            f"Fix {sandbox.url}/maintainer/demo/issues/4",
+            "closes maintainer/other#1",
+            "See #5: a plain reference closes nothing.",
+            "F\u200dixes #6, the keyword broken by a zero-width joiner",
+        ]
+    )
+    pull = {"title": "Work", "head": "work", "base": "main", "body": body}
+    await sandbox.ok("POST", f"{REPO}/pulls", pull, status=201)
+    await sandbox.ok("PUT", f"{REPO}/pulls/8/merge", {})
+    states = [(await sandbox.ok("GET", f"{REPO}/issues/{n}"))["state"] for n in range(1, 8)]
+    assert states == ["closed"] * 4 + ["open"] * 3
+    assert (await sandbox.ok("GET", "/repos/maintainer/other/issues/1"))["state"] == "closed"
+
+
 async def test_comments_and_reactions(sandbox: Sandbox) -> None:
     await sandbox.new_repo()
     await sandbox.ok("POST", f"{REPO}/issues", {"title": "t"}, status=201)
@@ -522,6 +573,113 @@ async def test_collaborator_permissions(sandbox: Sandbox) -> None:
     await sandbox.ok("PUT", "/_sandbox/repos/maintainer/demo/collaborators/bob", grant, 204)
     perm = await sandbox.ok("GET", bob)
     assert (perm["permission"], perm["role_name"]) == ("write", "maintain")
+
+
+async def test_an_issues_events_say_who_labelled_it_in_githubs_shape(sandbox: Sandbox) -> None:
+    await sandbox.new_repo()
+    await sandbox.ok("PUT", "/_sandbox/repos/maintainer/demo/collaborators/tess", TRIAGE, 204)
+    await sandbox.ok("POST", f"{REPO}/issues", {"title": "t"}, status=201)
+    as_tess = {"X-Sandbox-As": "tess"}
+    await sandbox.ok("POST", f"{REPO}/issues/1/labels", ["baton:queue"], headers=as_tess)
+    await sandbox.ok("DELETE", f"{REPO}/issues/1/labels/baton:queue")
+    await sandbox.ok("POST", f"{REPO}/issues/1/labels", ["baton:queue", "bug"])
+    await sandbox.ok("PATCH", f"{REPO}/issues/1", {"state": "closed"}, headers=as_tess)
+    found = await sandbox.ok("GET", f"{REPO}/issues/1/events")
+    assert [(e["event"], e["actor"]["login"], e.get("label", {}).get("name")) for e in found] == [
+        ("labeled", "tess", "baton:queue"),
+        ("unlabeled", "maintainer", "baton:queue"),
+        ("labeled", "maintainer", "baton:queue"),
+        ("labeled", "maintainer", "bug"),
+        ("closed", "tess", None),
+    ]
+    first = found[0]
+    assert set(first) == {
+        "id",
+        "node_id",
+        "url",
+        "actor",
+        "event",
+        "commit_id",
+        "commit_url",
+        "created_at",
+        "performed_via_github_app",
+        "label",
+    }
+    assert first["url"].endswith(f"/repos/maintainer/demo/issues/events/{first['id']}")
+    assert (first["commit_id"], first["commit_url"], first["performed_via_github_app"]) == (
+        None,
+        None,
+        None,
+    )
+    assert first["label"] == {"name": "baton:queue", "color": "ededed"}
+    paged = await sandbox.call("GET", f"{REPO}/issues/1/events?per_page=2")
+    assert len(paged.json) == 2 and 'rel="next"' in paged.headers["Link"]
+
+
+READ, TRIAGE, WRITE = ({"permission": role} for role in ("read", "triage", "write"))
+
+
+async def test_each_role_comments_reviews_and_labels_as_github_allows(sandbox: Sandbox) -> None:
+    await sandbox.new_repo()
+    for login, role in (("rita", READ), ("tess", TRIAGE), ("will", WRITE)):
+        await sandbox.ok("PUT", f"/_sandbox/repos/maintainer/demo/collaborators/{login}", role, 204)
+    await sandbox.ok("POST", f"{REPO}/issues", {"title": "t"}, status=201)
+    await sandbox.push_branch("feature", {"x.txt": "x\n"})
+    pull = {"title": "F", "head": "feature", "base": "main"}
+    await sandbox.ok("POST", f"{REPO}/pulls", pull, status=201)
+    rita, tess, will = ({"X-Sandbox-As": login} for login in ("rita", "tess", "will"))
+    queue = {"labels": ["baton:queue"]}
+
+    # read: comments and reviews (with their webhooks sent by her), never labels.
+    comment = await sandbox.ok(
+        "POST", f"{REPO}/issues/1/comments", {"body": "hi"}, 201, headers=rita
+    )
+    sent = await sandbox.receiver.wait_for("issue_comment", "created")
+    assert sent.payload["sender"]["login"] == comment["user"]["login"] == "rita"
+    review = {"event": "REQUEST_CHANGES", "body": "Not like this."}
+    await sandbox.ok("POST", f"{REPO}/pulls/2/reviews", review, headers=rita)
+    submitted = await sandbox.receiver.wait_for("pull_request_review", "submitted")
+    assert submitted.payload["sender"]["login"] == "rita"
+    assert submitted.payload["review"]["user"]["login"] == "rita"
+    assert submitted.payload["review"]["state"] == "changes_requested"
+    for method, path, body in (
+        ("POST", f"{REPO}/issues/1/labels", queue),
+        ("PUT", f"{REPO}/issues/1/labels", queue),
+        ("DELETE", f"{REPO}/issues/1/labels/bug", None),
+        ("PUT", f"{REPO}/pulls/2/merge", {}),
+        ("PATCH", f"{REPO}/issues/1", {"state": "closed"}),
+    ):
+        refused = await sandbox.call(method, path, body, headers=rita)
+        assert refused.status == 403, (method, path)
+    dropped = await sandbox.ok(
+        "PATCH", f"{REPO}/issues/1", {"labels": ["baton:queue"]}, headers=rita
+    )
+    assert dropped["labels"] == []
+    own = {"title": "Mine", "labels": ["baton:queue"]}
+    mine = await sandbox.ok("POST", f"{REPO}/issues", own, status=201, headers=rita)
+    assert mine["labels"] == []
+    closed = await sandbox.ok(
+        "PATCH", f"{REPO}/issues/{mine['number']}", {"state": "closed"}, headers=rita
+    )
+    assert closed["state"] == "closed"  # her own issue
+
+    # triage: labels, but no merges.
+    await sandbox.ok("POST", f"{REPO}/issues/1/labels", queue, headers=tess)
+    labeled = await sandbox.receiver.wait_for("issues", "labeled")
+    assert labeled.payload["sender"]["login"] == "tess"
+    assert len(sandbox.receiver.matching("issues", "labeled")) == 1  # webhooks keep their order
+    assert labeled.payload["label"]["name"] == "baton:queue"
+    assert (await sandbox.call("PUT", f"{REPO}/pulls/2/merge", {}, headers=tess)).status == 403
+    edit = {"body": "edited"}
+    refused = await sandbox.call(
+        "PATCH", f"{REPO}/issues/comments/{comment['id']}", edit, headers=tess
+    )
+    assert refused.status == 403  # another's comment
+
+    # write: everything.
+    await sandbox.ok("DELETE", f"{REPO}/issues/1/labels/baton:queue", headers=will)
+    merged = await sandbox.ok("PUT", f"{REPO}/pulls/2/merge", {}, headers=will)
+    assert merged["merged"] is True
 
 
 # ---------------------------------------------------------------- pull requests

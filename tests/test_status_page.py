@@ -4,11 +4,14 @@ and the operator token in front of GET /status."""
 from __future__ import annotations
 
 import re
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
+from pydantic import SecretStr
 
 from bot.chains import LinkStatus
 from bot.dispatch import Dispatcher
@@ -25,7 +28,7 @@ from bot.overview import (
     deployment_warnings,
     gather_overview,
 )
-from bot.settings import Settings
+from bot.settings import Settings, SettingsError
 from bot.status_page import render_status_page, render_status_text
 from bot.store import Store
 from bot.web import OPERATOR_COOKIE, create_app
@@ -368,9 +371,10 @@ async def test_a_token_in_the_address_becomes_a_cookie_and_leaves_the_address(
     response = await client.get(f"/status?token={OPERATOR_TOKEN}", allow_redirects=False)
     assert (response.status, response.headers["Location"]) == (303, "/status")
     cookie = response.cookies[OPERATOR_COOKIE]
-    assert cookie.value == OPERATOR_TOKEN
+    assert OPERATOR_TOKEN not in response.headers["Set-Cookie"]  # a signed session instead
     assert cookie["httponly"] and cookie["samesite"] == "Strict" and cookie["path"] == "/"
-    assert not cookie["secure"]  # plain HTTP here; behind TLS the cookie is Secure
+    assert int(cookie["max-age"]) == 12 * 3600
+    assert not cookie["secure"]  # plain HTTP to 127.0.0.1 here
 
     page = await client.get("/status")  # the client sends the cookie back
     assert page.status == 200 and page.content_type == "text/html"
@@ -380,16 +384,122 @@ async def test_a_token_in_the_address_becomes_a_cookie_and_leaves_the_address(
     assert "default-src 'none'" in page.headers["Content-Security-Policy"]
 
 
-async def test_behind_tls_the_cookie_is_secure(
-    aiohttp_client: Any, operator_settings: Settings, store: Store, dispatch: Dispatcher
+@pytest.mark.parametrize(
+    ("headers", "secure"),
+    [
+        ({}, False),  # the test client's Host: 127.0.0.1:<port>
+        ({"Host": "localhost:8000"}, False),
+        ({"Host": "[::1]:8000"}, False),
+        ({"Host": "127.0.0.1", "X-Forwarded-Proto": "https"}, True),
+        ({"Host": "baton.example.com"}, True),  # plain HTTP, but not this machine
+        ({"Host": "baton.example.com", "X-Forwarded-Proto": "https"}, True),
+        ({"Host": "10.0.0.5:8000"}, True),
+        ({"Host": "localhost.example.com"}, True),
+    ],
+)
+async def test_the_cookie_is_secure_except_on_a_loopback_host(
+    aiohttp_client: Any,
+    operator_settings: Settings,
+    store: Store,
+    dispatch: Dispatcher,
+    headers: dict[str, str],
+    secure: bool,
 ) -> None:
     client = await client_for(aiohttp_client, operator_settings, store, dispatch)
     response = await client.get(
-        f"/status?token={OPERATOR_TOKEN}",
-        headers={"X-Forwarded-Proto": "https"},
-        allow_redirects=False,
+        f"/status?token={OPERATOR_TOKEN}", headers=headers, allow_redirects=False
     )
-    assert response.status == 303 and response.cookies[OPERATOR_COOKIE]["secure"]
+    assert response.status == 303
+    assert bool(response.cookies[OPERATOR_COOKIE]["secure"]) is secure
+
+
+def session_cookie(response: ClientResponse) -> str:
+    return response.cookies[OPERATOR_COOKIE].value
+
+
+async def test_the_cookie_opens_the_page_only_as_signed_until_it_expires(
+    aiohttp_client: Any,
+    operator_settings: Settings,
+    store: Store,
+    dispatch: Dispatcher,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = await client_for(aiohttp_client, operator_settings, store, dispatch)
+    session = session_cookie(
+        await client.get(f"/status?token={OPERATOR_TOKEN}", allow_redirects=False)
+    )
+    client.session.cookie_jar.clear()
+
+    async def page_with(cookie: str) -> int:
+        response = await client.get("/status", headers={"Cookie": f"{OPERATOR_COOKIE}={cookie}"})
+        return response.status
+
+    assert await page_with(session) == 200
+    assert await page_with(OPERATOR_TOKEN) == 401, "the token itself is not a session"
+    expiry, _, mac = session.partition(".")
+    assert await page_with(f"{int(expiry) + 3600}.{mac}") == 401, "a longer session is forged"
+    assert await page_with(f"{expiry}.{'0' * len(mac)}") == 401
+    metrics = await client.get("/metrics", headers={"Cookie": f"{OPERATOR_COOKIE}={session}"})
+    assert metrics.status == 200
+
+    later = time.time() + 12 * 3600 + 1
+    monkeypatch.setattr(time, "time", lambda: later)
+    assert await page_with(session) == 401, "an expired session"
+
+    other = operator_settings.model_copy(
+        update={"operator_token": SecretStr(OPERATOR_TOKEN + "-rotated")}
+    )
+    rotated = await client_for(aiohttp_client, other, store, dispatch)
+    response = await rotated.get("/status", headers={"Cookie": f"{OPERATOR_COOKIE}={session}"})
+    assert response.status == 401, "a new token ends the old token's sessions"
+
+
+async def test_wrong_tokens_from_one_address_are_slowed_down(
+    aiohttp_client: Any, operator_settings: Settings, store: Store, dispatch: Dispatcher
+) -> None:
+    client = await client_for(aiohttp_client, operator_settings, store, dispatch)
+    for _ in range(5):
+        response = await client.get("/status?token=guess", allow_redirects=False)
+        assert response.status == 401
+    for path, headers in (
+        ("/status?token=guess", {}),
+        (f"/status?token={OPERATOR_TOKEN}", {}),  # even the right one, for a while
+        ("/metrics", {"Authorization": f"Bearer {OPERATOR_TOKEN}"}),
+    ):
+        response = await client.get(path, headers=headers, allow_redirects=False)
+        assert response.status == 429
+        assert 1 <= int(response.headers["Retry-After"]) <= 60
+        assert OPERATOR_TOKEN not in await response.text()
+
+
+async def test_behind_a_proxy_each_client_it_saw_is_slowed_down_on_its_own(
+    aiohttp_client: Any, operator_settings: Settings, store: Store, dispatch: Dispatcher
+) -> None:
+    client = await client_for(aiohttp_client, operator_settings, store, dispatch)
+    guesser = {"X-Forwarded-For": "198.51.100.1"}
+    for _ in range(5):
+        assert (await client.get("/status?token=guess", headers=guesser)).status == 401
+    assert (await client.get("/status?token=guess", headers=guesser)).status == 429
+    operator = {"X-Forwarded-For": "192.0.2.7", "Authorization": f"Bearer {OPERATOR_TOKEN}"}
+    assert (await client.get("/status", headers=operator)).status == 200
+
+
+async def test_asking_without_a_token_is_never_slowed_down(
+    aiohttp_client: Any, operator_settings: Settings, store: Store, dispatch: Dispatcher
+) -> None:
+    client = await client_for(aiohttp_client, operator_settings, store, dispatch)
+    for _ in range(20):
+        assert (await client.get("/status")).status == 401
+    bearer = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+    assert (await client.get("/status", headers=bearer)).status == 200
+
+
+def test_an_operator_token_short_enough_to_guess_is_refused(
+    operator_settings: Settings, store: Store, dispatch: Dispatcher
+) -> None:
+    short = operator_settings.model_copy(update={"operator_token": SecretStr("x" * 31)})
+    with pytest.raises(SettingsError, match="BATON_OPERATOR_TOKEN is 31 characters: use 32"):
+        create_app(short, store, dispatch)
 
 
 async def test_a_bearer_token_opens_the_page_with_what_redis_holds(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import hashlib
 import hmac
@@ -14,11 +15,14 @@ import pytest
 from aiohttp.test_utils import TestClient
 from rq import Queue
 
+from bot import web as web_module
+from bot.devstack import free_port
 from bot.dispatch import AGENTS, EVENTS, Dispatcher
+from bot.ingress import UnverifiedReads
 from bot.intake import forward_once
 from bot.settings import Settings, SettingsError
 from bot.store import Store
-from bot.web import MAX_PAYLOAD_BYTES, create_app
+from bot.web import CONTEXT, MAX_PAYLOAD_BYTES, create_app
 from handlers.pushes import touches_config
 from tests.support import payload
 
@@ -79,10 +83,12 @@ async def test_labelled_issue_enqueues_one_run(client: TestClient, dispatch: Dis
     data = labeled()
     status, answer = await post(client, "issues", data)
     assert (status, answer["outcome"]) == (202, "accepted")
-    repo = data["repository"]["full_name"]
-    assert queued(dispatch, AGENTS) == [
-        ("jobs.run.run_issue", (7, repo, data["issue"]["number"], "fresh", 0))
-    ]
+    repo, issue = data["repository"]["full_name"], data["issue"]
+    [(func, args)] = queued(dispatch, AGENTS)
+    assert func == "jobs.run.run_issue"
+    assert args[:6] == (7, repo, issue["number"], "fresh", 0, "Codertocat")
+    # The issue as the label event carried it: the run works from this text.
+    assert args[6:] == (issue["title"], issue["body"], "2019-05-15T15:20:18+00:00", "label")
 
 
 @pytest.mark.parametrize(
@@ -92,6 +98,8 @@ async def test_labelled_issue_enqueues_one_run(client: TestClient, dispatch: Dis
         ("wrong signature", {"X-Hub-Signature-256": signed(b"other body")}, 401),
         ("signed with another secret", {"X-Hub-Signature-256": "<other-secret>"}, 401),
         ("sha1 prefix missing", {"X-Hub-Signature-256": "deadbeef"}, 401),
+        ("not ASCII", {"X-Hub-Signature-256": "sha256=\u00e9" + "0" * 63}, 401),
+        ("SHA-1 in the SHA-256 header", {"X-Hub-Signature-256": "<sha1>"}, 401),
         ("no event header", {"X-GitHub-Event": ""}, 400),
         ("no delivery header", {"X-GitHub-Delivery": ""}, 400),
     ],
@@ -106,6 +114,9 @@ async def test_bad_deliveries_are_refused_and_enqueue_nothing(
     body = json.dumps(labeled()).encode()
     if header_overrides.get("X-Hub-Signature-256") == "<other-secret>":
         header_overrides = {"X-Hub-Signature-256": signed(body, "another secret")}
+    if header_overrides.get("X-Hub-Signature-256") == "<sha1>":
+        sha1 = hmac.new(SECRET.encode(), body, hashlib.sha1).hexdigest()
+        header_overrides = {"X-Hub-Signature-256": f"sha1={sha1}"}
     response = await client.post(
         "/webhook", data=body, headers=headers_for("issues", body, **header_overrides)
     )
@@ -165,12 +176,19 @@ async def test_ghes_payload_with_installation_enqueues(
     status, _ = await post(client, "issues", data)
     assert status == 202
     [(_, args)] = queued(dispatch, AGENTS)
-    assert args == (
+    assert args[:5] == (
         data["installation"]["id"],
         data["repository"]["full_name"],
         data["issue"]["number"],
         "fresh",
         0,
+    )
+    assert args[5:] == (
+        data["sender"]["login"],
+        data["issue"]["title"],
+        data["issue"]["body"],
+        "2019-05-15T19:37:54+00:00",
+        "label",
     )
 
 
@@ -214,15 +232,105 @@ def test_app_refuses_to_start_without_a_secret(redis_url: str, store: Store) -> 
         create_app(settings, store, Dispatcher.from_url(redis_url, settings))
 
 
-async def test_demo_mode_accepts_unsigned_deliveries(
-    aiohttp_client: Any, redis_url: str, store: Store
+@pytest.mark.parametrize(
+    "signature", ["", "sha256=", "sha1=" + "0" * 40, "sha256=" + "0" * 64, "garbage"]
+)
+async def test_an_unsigned_delivery_is_always_refused_whatever_the_settings_say(
+    aiohttp_client: Any,
+    settings: Settings,
+    store: Store,
+    monkeypatch: pytest.MonkeyPatch,
+    signature: str,
 ) -> None:
-    settings = Settings(REDIS_URL=redis_url, BATON_DEMO=True)
-    dispatch = Dispatcher.from_url(redis_url, settings)
-    client = await aiohttp_client(create_app(settings, store, dispatch))
-    status, _ = await post(client, "issues", labeled(), **{"X-Hub-Signature-256": ""})
-    assert status == 202
-    assert len(queued(dispatch, AGENTS)) == 1
+    # What once turned signature checks off is now nothing: in the environment, or as a field.
+    monkeypatch.setenv("BATON_DEMO", "1")
+    loose = Settings(**{**settings.model_dump(by_alias=True), "BATON_DEMO": True})
+    assert loose.webhook_secret == SECRET
+    dispatch = Dispatcher.from_url(loose.redis_url, loose)
+    client = await aiohttp_client(create_app(loose, store, dispatch))
+    status, answer = await post(client, "issues", labeled(), **{"X-Hub-Signature-256": signature})
+    assert (status, answer["outcome"]) == (401, "refused")
+    assert queued(dispatch, AGENTS) == []
+
+
+async def test_health_shows_no_redis_error_to_the_public(
+    aiohttp_client: Any, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    nowhere = f"redis://127.0.0.1:{free_port()}/0"
+    down = settings.model_copy(update={"redis_url": nowhere})
+    client = await aiohttp_client(
+        create_app(down, Store.from_url(nowhere), Dispatcher.from_url(nowhere, down))
+    )
+    with caplog.at_level(logging.ERROR, logger="bot.web"):
+        response = await client.get("/healthz")
+    assert response.status == 503
+    assert await response.json() == {"status": "degraded", "redis": "unavailable"}
+    assert str(nowhere.split(":")[2].split("/")[0]) in caplog.text, "the detail is in the log"
+
+
+async def test_a_chunked_body_over_the_cap_is_413(client: TestClient, dispatch: Dispatcher) -> None:
+    chunk = b" " * (1024 * 1024)
+
+    async def body() -> Any:
+        yield b"{"
+        for _ in range(MAX_PAYLOAD_BYTES // len(chunk) + 1):
+            yield chunk
+        yield b"}"
+
+    headers = headers_for("issues", b"")  # no Content-Length: only the read can tell
+    headers.pop("X-Hub-Signature-256")
+    response = await client.post("/webhook", data=body(), headers=headers)
+    assert response.status == 413
+    assert queued(dispatch, AGENTS) == []
+
+
+async def test_deliveries_beyond_the_unverified_reads_are_told_to_retry(
+    client: TestClient, dispatch: Dispatcher
+) -> None:
+    client.app[CONTEXT].reads = UnverifiedReads(reads=1, budget_bytes=MAX_PAYLOAD_BYTES)
+    body = json.dumps(labeled()).encode()
+    sending = asyncio.Event()
+    finish = asyncio.Event()
+
+    async def slowly() -> Any:
+        yield body[:10]
+        sending.set()
+        await finish.wait()
+        yield body[10:]
+
+    first = asyncio.create_task(
+        client.post("/webhook", data=slowly(), headers=headers_for("issues", body))
+    )
+    await sending.wait()
+    await asyncio.sleep(0.05)  # the first body is being read
+    status, answer = await post(client, "issues", labeled())
+    assert (status, answer["outcome"]) == (503, "retry")
+    again = await client.post("/webhook", data=body, headers=headers_for("issues", body))
+    assert again.headers["Retry-After"] == "1"
+    finish.set()
+    assert (await first).status == 202, "the slow one is read, verified and accepted"
+    status, _ = await post(client, "issues", labeled())
+    assert status == 202, "the read's slot is back"
+    assert len(queued(dispatch, AGENTS)) == 2
+
+
+async def test_a_body_that_never_arrives_is_given_up_on(
+    client: TestClient, dispatch: Dispatcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(web_module, "READ_TIMEOUT_S", 0.2)
+    body = json.dumps(labeled()).encode()
+
+    async def never_finishes() -> Any:
+        yield body[:10]
+        await asyncio.sleep(30)
+        yield body[10:]
+
+    response = await client.post(
+        "/webhook", data=never_finishes(), headers=headers_for("issues", body)
+    )
+    assert response.status == 408
+    assert client.app[CONTEXT].reads.reading == 0
+    assert queued(dispatch, AGENTS) == []
 
 
 def on_baton_branch(data: dict[str, Any], pull_key: str = "pull_request") -> dict[str, Any]:

@@ -14,6 +14,8 @@ from bot.agents.aider import AiderAdapter
 from bot.agents.base import Adapter, AgentConfigError, AgentRequest
 from bot.agents.claude import ClaudeAdapter
 from bot.agents.codex import CodexAdapter
+from bot.agents.codex import endpoint as codex_endpoint
+from bot.agents.codex import programs as codex_programs
 from bot.agents.command import CommandAdapter
 from bot.agents.egress import (
     Egress,
@@ -26,6 +28,7 @@ from bot.jail import EGRESS_SOCKET_NAME
 from bot.settings import Settings
 
 __all__ = [
+    "TESTED_VERSIONS",
     "Adapter",
     "AgentConfigError",
     "AgentRequest",
@@ -44,6 +47,15 @@ _ADAPTERS: dict[str, Callable[..., Adapter]] = {
     "aider": AiderAdapter,
 }
 
+# The CLI versions Baton's tests drive for real (pinned by .ci/install-agent-clis): for each
+# adapter, the version tested and the range `baton doctor` accepts without a warning, where
+# `x` stands for any number.
+TESTED_VERSIONS: dict[str, tuple[str, str]] = {
+    "claude": ("2.1.197", "2.1.x"),
+    "codex": ("0.171.0", "0.171.x"),  # its events and error texts change between minors
+    "aider": ("0.86.2", "0.86.x"),  # its printed lines and retry loop are what Baton reads
+}
+
 
 def adapter_for(settings: Settings) -> Adapter:
     """Return the adapter the settings select, with the options they give it."""
@@ -54,6 +66,8 @@ def adapter_for(settings: Settings) -> Adapter:
         options["binary"] = settings.agent_binary
     if settings.agent != "aider":  # aider has no turns to cap: its wall clock bounds it
         options["max_turns"] = settings.agent_max_turns
+    if settings.agent == "codex" and settings.codex_base_url:
+        options["base_url"] = settings.codex_base_url
     return build_adapter(settings.agent, **options)
 
 
@@ -67,27 +81,44 @@ def build_adapter(name: str, **options: Any) -> Adapter:
         raise AgentConfigError(f"agent {name!r}: {exc}") from exc
 
 
-def programs_of(settings: Settings, setup_commands: Sequence[str] = ()) -> tuple[str, ...]:
+def programs_of(
+    settings: Settings, setup_commands: Sequence[str] = (), operator_command: str | None = None
+) -> tuple[str, ...]:
     """Return the programs the agent's jail must show: the adapter's CLI, or what commands name.
 
-    A command's first word, and any word that is an absolute path to a file (a script
-    the interpreter runs), are made visible read-only; the rest of the host is not.
+    The operator's own command line (operator_command, the deployment's
+    BATON_AGENT_COMMAND) may name its programs and scripts by absolute path, and those
+    are shown read-only. A command from a repository's file shows only its first word,
+    looked up on PATH: it never chooses which host paths the jail shows.
     """
-    if settings.agent != "command":
-        named: list[str] = [settings.agent_binary or settings.agent]
+    if settings.agent == "codex":  # npm's launcher, and the executable it would run
+        named: list[str] = list(codex_programs(settings.agent_binary or settings.agent))
+    elif settings.agent != "command":
+        named = [settings.agent_binary or settings.agent]
+    elif settings.agent_command is not None and settings.agent_command == operator_command:
+        named = _operator_programs(settings.agent_command)
     else:
-        named = _command_programs(settings.agent_command or "")
+        named = _repository_program(settings.agent_command or "")
     for command in setup_commands:
-        named += _command_programs(command)
+        named += _repository_program(command)
     return tuple(dict.fromkeys(named))
 
 
-def _command_programs(command: str) -> list[str]:
+def _words(command: str) -> list[str]:
     try:
-        words = shlex.split(command)
+        return shlex.split(command)
     except ValueError:
         return []
+
+
+def _operator_programs(command: str) -> list[str]:
+    words = _words(command)
     return words[:1] + [word for word in words[1:] if word.startswith("/") and Path(word).is_file()]
+
+
+def _repository_program(command: str) -> list[str]:
+    words = _words(command)
+    return words[:1] if words and "/" not in words[0] else []
 
 
 def egress_policy_for(settings: Settings) -> EgressPolicy | None:
@@ -96,6 +127,8 @@ def egress_policy_for(settings: Settings) -> EgressPolicy | None:
         return None
     allowed = [*provider_hosts(settings.agent, settings.agent_model)]
     allowed += [parse_host_port(entry) for entry in settings.agent_allowed_hosts]
+    if settings.agent == "codex" and settings.codex_base_url:
+        allowed.append(codex_endpoint(settings.codex_base_url))
     return EgressPolicy(mode=settings.agent_network, allowed=frozenset(allowed))
 
 

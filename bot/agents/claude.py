@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -33,7 +34,32 @@ SYNTHETIC_MODEL = "<synthetic>"  # the model name on replies the CLI makes up fo
 # --max-turns has been seen to fail open; past this many extra turns Baton stops the run itself.
 TURN_SLACK = 2
 
+# Claude Code talks to its provider and nothing else: no telemetry, error reports, update
+# checks, feedback surveys or other "nonessential" traffic (which covers the rest).
+QUIET_ENV = {
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_BUG_COMMAND": "1",
+    "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
+    "DO_NOT_TRACK": "1",
+    "BROWSER": "true",  # a URL the CLI would open goes nowhere
+    "CLAUDE_CODE_MAX_RETRIES": "3",  # a few retries of a 429/5xx, then Baton classifies
+}
+UNSET_ENV = (
+    "CLAUDECODE",  # a nested run must not think it runs inside Claude Code
+    "CLAUDE_CODE_RETRY_WATCHDOG",  # it would wait out a closed window forever
+    "CLAUDE_CODE_ENABLE_TELEMETRY",  # OpenTelemetry export to a collector
+)
+DENIAL_CHARS = 200  # of one refused tool call, as the run record keeps it
+DENIALS_KEPT = 100  # the first this many are kept: the run record stays bounded
+_DENIAL_TARGETS = ("command", "file_path", "notebook_path", "path", "url", "pattern")
+
 _WINDOW_KINDS = re.compile(r"^(?:five_hour|seven_day)")
+# What a rejected rate_limit_event carries when one of the account's limits closed: Claude
+# Code reads a 429 without a claim or overage state as a throttle, and so does Baton.
+_LIMIT_KEYS = ("errorCode", "overageStatus", "overageDisabledReason", "unifiedWindows")
 _LIMIT_TEXT = re.compile(
     r"usage limit reached"
     r"|\b(?P<kind>(?!rate\b)[\w-]+) limit reached"  # "rate limit reached" is a throttle
@@ -64,14 +90,14 @@ class ClaudeAdapter:
         *,
         max_turns: int | None = None,
         model: str | None = None,
-        permission_mode: str = "acceptEdits",
+        permission_mode: str | None = None,
         extra_flags: tuple[str, ...] = (),
         clock: Clock | None = None,
     ) -> None:
         self.binary = binary
         self.max_turns = max_turns
         self.model = model
-        self.permission_mode = permission_mode
+        self.permission_mode = permission_mode  # None: what the request's containment allows
         self.extra_flags = extra_flags
         self.clock = clock
 
@@ -83,8 +109,7 @@ class ClaudeAdapter:
             "--output-format",
             "stream-json",
             "--verbose",  # stream-json in print mode refuses to run without it
-            "--permission-mode",
-            self.permission_mode,
+            *self._permissions(request),
             # Only the agent home's own settings: a repository's .claude/ and .mcp.json must
             # not grant itself tools or start servers.
             "--setting-sources=user",
@@ -98,17 +123,32 @@ class ClaudeAdapter:
             argv.append(f"--resume={resume}")  # equals form: the flag's value is optional
         return [*argv, *self.extra_flags]
 
+    def _permissions(self, request: AgentRequest) -> list[str]:
+        """Return what the agent may do unasked: in -p mode nobody is there to approve.
+
+        In Baton's jail every tool is the agent's (`bypassPermissions`): the jail is what
+        contains it, and the CLI's own bubblewrap sandbox cannot start inside it, so it is
+        kept off. Uncontained (BATON_AGENT_SANDBOX=off) the CLI refuses that mode to root;
+        there edits and shell commands are granted by name instead. Deny rules in the
+        agent home's settings.json hold in either case.
+        """
+        if self.permission_mode is not None:
+            return ["--permission-mode", self.permission_mode]
+        if request.jail is not None:
+            return [
+                "--permission-mode",
+                "bypassPermissions",
+                "--settings",
+                json.dumps({"sandbox": {"enabled": False}}),
+            ]
+        return ["--permission-mode", "acceptEdits", "--allowedTools", "Bash"]
+
     def environment(self, request: AgentRequest) -> dict[str, str]:
         """Return the agent environment plus Claude Code's own settings."""
         env = agent_environment(request)
-        env.pop("CLAUDECODE", None)  # a nested run must not think it runs inside Claude Code
-        env.pop("CLAUDE_CODE_RETRY_WATCHDOG", None)  # it would wait out a closed window forever
-        return {
-            **env,
-            "CLAUDE_CONFIG_DIR": str(config_dir(request)),
-            "CLAUDE_CODE_MAX_RETRIES": "3",
-            "DISABLE_AUTOUPDATER": "1",
-        }
+        for name in UNSET_ENV:
+            env.pop(name, None)
+        return {**env, "CLAUDE_CONFIG_DIR": str(config_dir(request)), **QUIET_ENV}
 
     async def run(self, request: AgentRequest) -> AgentResult:
         """Run Claude Code in the worktree and report what it said."""
@@ -168,7 +208,23 @@ def read(
         or next((s for e in found if (s := text_of(e.get("session_id")))), None),
         result_text=text_of(final.get("result")),
         parse_failures=failures,
+        denials=tuple(itertools.islice(_denials(final), DENIALS_KEPT)),
     )
+
+
+def _denials(result: Mapping[str, Any]) -> Iterator[str]:
+    """Yield one line per tool call the CLI's permission rules refused: tool and target."""
+    denied = result.get("permission_denials")
+    for entry in denied if isinstance(denied, list) else []:
+        denial = mapping(entry)
+        tool = text_of(denial.get("tool_name")) or "a tool"
+        given = mapping(denial.get("tool_input"))
+        target = next(
+            (t for key in _DENIAL_TARGETS if (t := text_of(given.get(key)))),
+            json.dumps(given, sort_keys=True) if given else "",
+        )
+        line = f"{tool}: {' '.join(target.split())}" if target else tool
+        yield line if len(line) <= DENIAL_CHARS else line[: DENIAL_CHARS - 1] + "…"
 
 
 def _turns(found: list[Event], result: Mapping[str, Any]) -> int:
@@ -241,6 +297,10 @@ def _rejected(found: list[Event], observed_at: datetime) -> Reading | None:
     info = mapping(rejected[-1].get("rate_limit_info"))
     evidence = f"rate limit rejected: {json.dumps(info, sort_keys=True)}"
     kind, resets_at = _closed_limit(info)
+    if kind is None and not any(info.get(key) for key in _LIMIT_KEYS):
+        # A 429 that names no limit: Claude Code itself calls it "temporarily limiting
+        # requests (not your usage limit)", a throttle read from the rest of the run.
+        return None
     # A five-hour or weekly window that reopens is waitable even with overage out of credits;
     # anything else (or credits required outright) is not.
     if info.get("errorCode") == "credits_required" or not _WINDOW_KINDS.match(kind or ""):

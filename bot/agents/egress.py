@@ -202,6 +202,9 @@ def judge(policy: EgressPolicy, host: str, port: int, addresses: Sequence[IPAddr
     for address in addresses:
         if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
             address = address.ipv4_mapped  # ::ffff:127.0.0.1 reaches 127.0.0.1: judge that
+        if isinstance(address, ipaddress.IPv6Address) and (address.sixtofour or address.teredo):
+            # 2002:7f00:1:: and Teredo carry an IPv4 address a tunnel may deliver to.
+            return Verdict(False, "resolves to a tunnelled IPv4 address")
         for kind, test in _NON_PUBLIC:
             if test(address):
                 return Verdict(False, f"resolves to a {kind} address")

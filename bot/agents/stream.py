@@ -67,6 +67,7 @@ class Reading:
     limit_kind: str | None = None
     tokens: dict[str, int] | None = None
     parse_failures: int = 0
+    denials: tuple[str, ...] = ()  # tool calls the CLI's permission rules refused
 
 
 class Reader(Protocol):
@@ -189,6 +190,7 @@ def interpret(
         "ended_at": outcome.ended_at,
         "transcript_path": request.transcript_path,
         "stderr_path": request.stderr_path,
+        "denials": list(reading.denials),
     }
     # Baton's own knowledge of how the process ended outranks anything it printed.
     if outcome.spawn_error is not None:

@@ -7,7 +7,7 @@ from typing import Any
 from bot.sandbox import pulls
 from bot.sandbox.hub import Hub
 from bot.sandbox.rest import Json
-from bot.sandbox.state import Issue, Label, Repo, utc_now
+from bot.sandbox.state import Issue, IssueEvent, Label, Repo, utc_now
 
 
 async def subject(hub: Hub, repo: Repo, issue: Issue) -> Json:
@@ -32,6 +32,15 @@ def touch(repo: Repo, issue: Issue) -> None:
     issue.updated_at = repo.updated_at = utc_now()
 
 
+def record(hub: Hub, issue: Issue, event: str, actor: str, label: str | None = None) -> None:
+    """Add to the issue's events list, as GitHub records what happens to an issue."""
+    issue.events.append(
+        IssueEvent(
+            id=hub.state.next_id(), actor=actor, event=event, created_at=utc_now(), label=label
+        )
+    )
+
+
 def ensure_label(hub: Hub, repo: Repo, name: str) -> Label:
     """Return a repository label, creating it as GitHub does when an unknown one is applied."""
     found = repo.label(name)
@@ -48,6 +57,7 @@ async def add_labels(hub: Hub, repo: Repo, issue: Issue, names: list[str], sende
         if label.name not in issue.labels:
             issue.labels.append(label.name)
             touch(repo, issue)
+            record(hub, issue, "labeled", sender, label.name)
             await announce(hub, repo, issue, "labeled", sender, label=hub.render.label(repo, label))
 
 
@@ -58,6 +68,7 @@ async def remove_label(hub: Hub, repo: Repo, issue: Issue, name: str, sender: st
         return False
     issue.labels.remove(label.name)
     touch(repo, issue)
+    record(hub, issue, "unlabeled", sender, label.name)
     await announce(hub, repo, issue, "unlabeled", sender, label=hub.render.label(repo, label))
     return True
 
@@ -118,12 +129,14 @@ async def set_state(
             issue.pull.base_sha = (
                 await hub.git(repo).branch_tip(issue.pull.base_ref) or issue.pull.base_sha
             )
+        record(hub, issue, "closed", sender)
         await announce(hub, repo, issue, "closed", sender)
     else:
         issue.state = "open"
         issue.closed_at = None
         if issue.pull is None:
             issue.state_reason = "reopened"
+        record(hub, issue, "reopened", sender)
         await announce(hub, repo, issue, "reopened", sender)
 
 

@@ -30,10 +30,20 @@ from bot.sandbox.calls import CallCounter
 from bot.sandbox.faults import Faults
 from bot.sandbox.git_backend import GitRepo, Identity
 from bot.sandbox.render import AppFacts, Render
-from bot.sandbox.rest import Json, bad_credentials, forbidden_integration, not_found, or_not_found
+from bot.sandbox.rest import (
+    ApiError,
+    Json,
+    bad_credentials,
+    forbidden_integration,
+    not_found,
+    or_not_found,
+)
 from bot.sandbox.state import Installation, Repo, StateFile, User, UserType, node_id, utc_now
 from bot.sandbox.webhooks import WebhookSender
 
+# A person's roles on a repository, weakest first: read comments and reviews, triage
+# labels, closes and reopens, write pushes and merges (and edits what others wrote).
+ROLES = ("read", "triage", "write", "maintain", "admin")
 DEFAULT_CI_TIMEOUT = 300.0
 CI_CONCURRENCY = 2
 # Rewriting the whole state costs milliseconds per megabyte, so a burst of mutations
@@ -230,6 +240,23 @@ class Hub:
                 raise forbidden_integration()
         return repo
 
+    def role(self, repo: Repo, login: str) -> str:
+        """Return a user's role on a repository: the owner and the admin are admins."""
+        if login in (repo.owner, ADMIN_LOGIN):
+            return "admin"
+        return repo.collaborators.get(login, "read")
+
+    def has_role(self, actor: Actor | None, repo: Repo, needed: str) -> bool:
+        """Tell whether the caller holds at least a role; an App is held to its permissions."""
+        if actor is None or actor.kind != "admin" or actor.login is None:
+            return True
+        return ROLES.index(self.role(repo, actor.login)) >= ROLES.index(needed)
+
+    def require_role(self, actor: Actor | None, repo: Repo, needed: str, what: str) -> None:
+        """Refuse a person whose role on the repository is below needed, as GitHub does."""
+        if not self.has_role(actor, repo, needed):
+            raise ApiError(403, f"Must have {needed} access to {what}.")
+
     def _covers(self, actor: Actor, repo: Repo) -> bool:
         inst = self.installation(repo.owner)
         if inst is None or inst.id != actor.installation_id:
@@ -263,3 +290,13 @@ def repo_of(request: web.Request, write: bool = False) -> Repo:
     return hub_of(request).repo_for(
         actor_of(request), request.match_info["owner"], request.match_info["repo"], write
     )
+
+
+def require_role(request: web.Request, repo: Repo, needed: str, what: str) -> None:
+    """Refuse the person acting in a request unless they hold at least a role on repo."""
+    hub_of(request).require_role(actor_of(request), repo, needed, what)
+
+
+def has_role(request: web.Request, repo: Repo, needed: str) -> bool:
+    """Tell whether the person acting in a request holds at least a role on repo."""
+    return hub_of(request).has_role(actor_of(request), repo, needed)

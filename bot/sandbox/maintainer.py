@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -12,18 +12,49 @@ import aiohttp
 from gidgethub.aiohttp import GitHubAPI
 
 from bot.git import Git, Identity
-from bot.sandbox.auth import ACT_AS_HEADER
+from bot.sandbox.auth import ACT_AS_HEADER, ADMIN_LOGIN
 
 T = TypeVar("T")
 
 
-class Maintainer:
-    """What a person with admin rights does on the sandbox: repos, issues, labels, merges."""
+class _ActingAs(GitHubAPI):
+    """A client whose every request is made as one user (the sandbox's admin token acting)."""
 
-    def __init__(self, session: aiohttp.ClientSession, api_url: str, token: str) -> None:
-        self.gh = GitHubAPI(session, "baton-maintainer", oauth_token=token, base_url=api_url)
+    def __init__(
+        self, session: aiohttp.ClientSession, api_url: str, token: str, login: str
+    ) -> None:
+        super().__init__(session, f"sandbox-{login}", oauth_token=token, base_url=api_url)
+        self.login = login
+
+    async def _request(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes = b""
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        return await super()._request(method, url, {**headers, ACT_AS_HEADER: self.login}, body)
+
+
+class Maintainer:
+    """What a person with admin rights does on the sandbox: repos, issues, labels, merges.
+
+    `as_user` gives the same client acting as another person, held to that person's
+    role on each repository (`grant` one), as GitHub holds them.
+    """
+
+    def __init__(
+        self, session: aiohttp.ClientSession, api_url: str, token: str, login: str | None = None
+    ) -> None:
+        self.gh = (
+            GitHubAPI(session, "baton-maintainer", oauth_token=token, base_url=api_url)
+            if login is None
+            else _ActingAs(session, api_url, token, login)
+        )
+        self.session, self.api_url = session, api_url
         self.token = token
+        self.login = login or ADMIN_LOGIN
         self.git = Git(Identity("Sandbox Maintainer", "maintainer@sandbox.invalid"))
+
+    def as_user(self, login: str) -> Maintainer:
+        """Return a client that does everything as login: issues, comments, labels, reviews."""
+        return Maintainer(self.session, self.api_url, self.token, login)
 
     async def create_repo(
         self, name: str, files: Mapping[str, str], workdir: Path
@@ -77,6 +108,18 @@ class Maintainer:
         )
         return issue
 
+    async def edit_issue(
+        self, repo: str, number: int, *, title: str | None = None, body: str | None = None
+    ) -> dict[str, Any]:
+        """Change an issue's title or body (GitHub sends issues.edited, saying what changed)."""
+        changes = {"title": title, "body": body}
+        issue: dict[str, Any] = await self.gh.patch(
+            "/repos/{+repo}/issues/{number}",
+            {"repo": repo, "number": number},
+            data={name: value for name, value in changes.items() if value is not None},
+        )
+        return issue
+
     async def add_label(self, repo: str, number: int, label: str) -> None:
         """Put a label on an issue (GitHub sends issues.labeled)."""
         await self.gh.post(
@@ -111,6 +154,31 @@ class Maintainer:
             extra_headers={ACT_AS_HEADER: as_user} if as_user else None,
         )
         return comment
+
+    async def review(
+        self,
+        repo: str,
+        pull: int,
+        event: str,
+        body: str,
+        comments: Sequence[Mapping[str, object]] = (),
+    ) -> dict[str, Any]:
+        """Submit a review of a pull request (APPROVE, REQUEST_CHANGES or COMMENT)."""
+        review: dict[str, Any] = await self.gh.post(
+            "/repos/{+repo}/pulls/{number}/reviews",
+            {"repo": repo, "number": pull},
+            data={"event": event, "body": body, "comments": list(comments)},
+        )
+        return review
+
+    async def issue_events(self, repo: str, number: int) -> list[dict[str, Any]]:
+        """Return what happened to an issue (labels added and taken off, closes), oldest first."""
+        return [
+            event
+            async for event in self.gh.getiter(
+                "/repos/{+repo}/issues/{number}/events", {"repo": repo, "number": number}
+            )
+        ]
 
     async def reactions(self, repo: str, comment_id: int) -> list[str]:
         """Return the reactions on a comment, by content."""

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from bot.sandbox import checks, events, pulls
 from bot.sandbox.git_backend import ZERO_SHA
 from bot.sandbox.hub import Hub
+from bot.sandbox.references import closing_references
 from bot.sandbox.rest import ApiError, Json
 from bot.sandbox.state import Issue, Repo, utc_now
 
 PUSH_COMMITS = 20
-CLOSING = re.compile(r"\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\b:?\s+#(\d+)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -185,9 +184,10 @@ async def merge(
 
 
 async def _close_referenced(hub: Hub, repo: Repo, texts: list[str], sender: str) -> None:
-    """Close the issues a merged pull request names with a closing keyword."""
-    numbers = {int(n) for text in texts for n in CLOSING.findall(text)}
-    for number in sorted(numbers):
-        issue = repo.issues.get(number)
-        if issue is not None and issue.pull is None and issue.state == "open":
-            await events.set_state(hub, repo, issue, "closed", "completed", sender)
+    """Close the issues a merged pull request names with a closing keyword, in any repository."""
+    named = {ref for text in texts for ref in closing_references(text, repo.full_name)}
+    for full_name, number in sorted(named):
+        target = hub.repo(*full_name.split("/", 1))
+        issue = target.issues.get(number) if target is not None else None
+        if target and issue and issue.pull is None and issue.state == "open":
+            await events.set_state(hub, target, issue, "closed", "completed", sender)

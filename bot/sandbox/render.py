@@ -18,6 +18,7 @@ from bot.sandbox.state import (
     CommitStatus,
     Installation,
     Issue,
+    IssueEvent,
     Label,
     Reaction,
     Repo,
@@ -385,6 +386,24 @@ class Render:
             "reactions": self.reactions(f"{api}/reactions", comment.reactions),
             "performed_via_github_app": self.via_app(comment.user),
         }
+
+    def issue_event(self, repo: Repo, event: IssueEvent) -> Json:
+        """Render one event of an issue's events list (a labeled, unlabeled, ... issue event)."""
+        data: Json = {
+            "id": event.id,
+            "node_id": node_id(f"{event.event.capitalize()}Event", event.id),
+            "url": f"{self.repo_api(repo)}/issues/events/{event.id}",
+            "actor": self.user(event.actor),
+            "event": event.event,
+            "commit_id": None,
+            "commit_url": None,
+            "created_at": event.created_at,
+            "performed_via_github_app": self.via_app(event.actor),
+        }
+        if event.label is not None:
+            found = repo.label(event.label)
+            data["label"] = {"name": event.label, "color": found.color if found else "ededed"}
+        return data
 
     def pull_simple(self, repo: Repo, issue: Issue, base_sha: str) -> Json:
         """Render a pull request as lists and review webhooks show it (pull-request-simple)."""

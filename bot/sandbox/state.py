@@ -110,6 +110,16 @@ class Reaction(BaseModel):
     created_at: str
 
 
+class IssueEvent(BaseModel):
+    """Something that happened to an issue, as its events list shows it (`labeled`, ...)."""
+
+    id: int
+    actor: str
+    event: str
+    created_at: str
+    label: str | None = None  # the label of a `labeled` or `unlabeled` event
+
+
 class Comment(BaseModel):
     """An issue (or pull request conversation) comment."""
 
@@ -179,6 +189,7 @@ class Issue(BaseModel):
     updated_at: str
     closed_at: str | None = None
     comments: list[Comment] = Field(default_factory=list)
+    events: list[IssueEvent] = Field(default_factory=list)
     pull: Pull | None = None
 
 

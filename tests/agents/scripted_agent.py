@@ -10,6 +10,7 @@ says in its issue what the agent does:
     agent: window SECONDS      report a provider usage window that resets in SECONDS, and stop
     agent: fail-costing USD    report a failed run that cost USD, and stop
     agent: merge REF           merge REF into the branch, leaving any conflict to resolve
+    agent: say TEXT            print TEXT (\\n for newlines): its last lines are the report
 
 `agent@N: ...` does the same on attempt N only.
 """
@@ -51,6 +52,8 @@ def main() -> int:
         elif verb == "merge":
             merge = ["git", "-c", "user.name=Agent", "-c", "user.email=agent@example.invalid"]
             subprocess.run([*merge, "merge", "--no-edit", rest], check=False)
+        elif verb == "say":
+            print(rest.replace("\\n", "\n"))
         elif verb == "sleep":
             time.sleep(float(rest))
         elif verb == "exit":

@@ -9,7 +9,7 @@ from aiohttp import web
 from pydantic import BaseModel, Field, RootModel, field_validator
 
 from bot.sandbox import events
-from bot.sandbox.hub import Hub, hub_of, login_of, repo_of
+from bot.sandbox.hub import Hub, has_role, hub_of, login_of, repo_of, require_role
 from bot.sandbox.permissions import read, requires, write
 from bot.sandbox.render import REACTIONS
 from bot.sandbox.rest import ApiError, int_param, json_response, or_not_found, paginate, read_body
@@ -148,9 +148,10 @@ async def create_issue(request: web.Request) -> web.Response:
     )
     repo.issues[issue.number] = issue
     await events.announce(hub, repo, issue, "opened", sender)
-    await events.add_labels(hub, repo, issue, label_names(body.labels), sender)
-    assignees = body.assignees or ([body.assignee] if body.assignee else [])
-    await events.replace_assignees(hub, repo, issue, assignees, sender)
+    if has_role(request, repo, "triage"):  # otherwise GitHub drops them without a word
+        await events.add_labels(hub, repo, issue, label_names(body.labels), sender)
+        assignees = body.assignees or ([body.assignee] if body.assignee else [])
+        await events.replace_assignees(hub, repo, issue, assignees, sender)
     return json_response(hub.render.issue(repo, issue), status=201)
 
 
@@ -173,12 +174,18 @@ async def update_issue(request: web.Request) -> web.Response:
     sender = login_of(request)
     new_body = (body.body or "") if "body" in body.model_fields_set else None
     title = str(body.title) if body.title is not None else None
+    if sender != issue.user:
+        if title is not None or new_body is not None:
+            require_role(request, repo, "write", "edit other people's issues")
+        if body.state is not None:
+            require_role(request, repo, "triage", "close or reopen other people's issues")
     await events.edit(hub, repo, issue, sender, title, new_body)
     if body.state is not None:
         await events.set_state(hub, repo, issue, body.state, body.state_reason, sender)
-    if body.labels is not None:
+    triage = has_role(request, repo, "triage")  # otherwise GitHub drops these without a word
+    if body.labels is not None and triage:
         await events.replace_labels(hub, repo, issue, label_names(body.labels), sender)
-    if body.assignees is not None:
+    if body.assignees is not None and triage:
         await events.replace_assignees(hub, repo, issue, body.assignees, sender)
     return json_response(hub.render.issue(repo, issue))
 
@@ -194,6 +201,7 @@ async def _change_labels(
     """Apply the labels in the request body to the issue with `change` and list the result."""
     hub = hub_of(request)
     repo = repo_of(request, write=True)
+    require_role(request, repo, "triage", "label issues")
     issue = issue_of(request, repo)
     body = await read_body(request, LabelsBody, "Label")
     await change(hub, repo, issue, body.names(), login_of(request))
@@ -232,12 +240,24 @@ async def remove_issue_label(request: web.Request) -> web.Response:
     """Remove one label from an issue."""
     hub = hub_of(request)
     repo = repo_of(request, write=True)
+    require_role(request, repo, "triage", "label issues")
     issue = issue_of(request, repo)
     if not await events.remove_label(
         hub, repo, issue, request.match_info["name"], login_of(request)
     ):
         raise ApiError(404, "Label does not exist")
     return _labels_response(hub, repo, issue)
+
+
+@routes.get(ISSUE + "/events")
+@requires(read("issues"))
+async def list_issue_events(request: web.Request) -> web.Response:
+    """List what happened to an issue (labels on and off, closes, reopens), oldest first."""
+    hub = hub_of(request)
+    repo = repo_of(request)
+    issue = issue_of(request, repo)
+    page, headers = paginate(request, hub.public_url, issue.events)
+    return json_response([hub.render.issue_event(repo, e) for e in page], headers=headers)
 
 
 @routes.get(ISSUE + "/comments")
@@ -302,6 +322,8 @@ async def update_comment(request: web.Request) -> web.Response:
     hub = hub_of(request)
     repo = repo_of(request, write=True)
     issue, comment = comment_of(request, repo)
+    if comment.user != login_of(request):
+        require_role(request, repo, "write", "edit other people's comments")
     body = await read_body(request, CommentBody, "IssueComment")
     if body.body != comment.body:
         old = comment.body
@@ -319,6 +341,8 @@ async def delete_comment(request: web.Request) -> web.Response:
     hub = hub_of(request)
     repo = repo_of(request, write=True)
     issue, comment = comment_of(request, repo)
+    if comment.user != login_of(request):
+        require_role(request, repo, "write", "delete other people's comments")
     issue.comments.remove(comment)
     events.touch(repo, issue)
     _announce_comment(hub, repo, issue, comment, "deleted", login_of(request))

@@ -8,7 +8,7 @@ from aiohttp import web
 from pydantic import BaseModel, Field
 
 from bot.sandbox import events, pulls, refs
-from bot.sandbox.hub import Hub, hub_of, login_of, repo_of
+from bot.sandbox.hub import Hub, hub_of, login_of, repo_of, require_role
 from bot.sandbox.permissions import read, requires, write
 from bot.sandbox.rest import (
     custom_invalid,
@@ -127,6 +127,7 @@ async def create_pull(request: web.Request) -> web.Response:
     """Open a pull request from a branch of the same repository."""
     hub = hub_of(request)
     repo = repo_of(request, write=True)
+    require_role(request, repo, "write", "open pull requests from its branches")
     body = await read_body(request, CreatePullBody, "PullRequest")
     sender = login_of(request)
     head = refs.own_ref(repo, body.head)
@@ -200,6 +201,11 @@ async def update_pull(request: web.Request) -> web.Response:
     issue, pull = pull_of(request, repo)
     body = await read_body(request, UpdatePullBody, "PullRequest")
     sender = login_of(request)
+    if sender != issue.user:
+        if body.state is not None:
+            require_role(request, repo, "triage", "close or reopen other people's pull requests")
+        if {"title", "body", "base", "maintainer_can_modify"} & body.model_fields_set:
+            require_role(request, repo, "write", "edit other people's pull requests")
     git = hub.git(repo)
     if body.base is not None and await git.branch_tip(body.base) is None:
         raise invalid("PullRequest", "base")
@@ -243,6 +249,7 @@ async def merge_pull(request: web.Request) -> web.Response:
     """Merge a pull request (merge commit or squash)."""
     hub = hub_of(request)
     repo = repo_of(request, write=True)
+    require_role(request, repo, "write", "merge pull requests")
     issue, _ = pull_of(request, repo)
     body = await read_body(request, MergeBody, "PullRequest")
     sha = await refs.merge(

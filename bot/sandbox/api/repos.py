@@ -8,9 +8,8 @@ from aiohttp import web
 from pydantic import BaseModel, Field
 
 from bot.sandbox import refs
-from bot.sandbox.auth import ADMIN_LOGIN
 from bot.sandbox.events import ensure_label
-from bot.sandbox.hub import hub_of, login_of, repo_of
+from bot.sandbox.hub import ROLES, hub_of, login_of, repo_of, require_role
 from bot.sandbox.permissions import read, requires, write
 from bot.sandbox.rest import (
     ApiError,
@@ -23,7 +22,6 @@ from bot.sandbox.rest import (
     read_body,
     wants_diff,
 )
-from bot.sandbox.state import Repo
 
 routes = web.RouteTableDef()
 
@@ -35,7 +33,6 @@ _ROLE_TO_PERMISSION = {
     "triage": "read",
     "read": "read",
 }
-_ROLE_RANK = ["read", "triage", "write", "maintain", "admin"]
 
 
 @routes.get("/repos/{owner}/{repo}")
@@ -82,6 +79,7 @@ async def delete_ref(request: web.Request) -> web.Response:
     """Delete a branch (`heads/<name>`), with the push webhook GitHub sends for it."""
     hub = hub_of(request)
     repo = repo_of(request, write=True)
+    require_role(request, repo, "write", "delete branches")
     ref = request.match_info["ref"]
     branch = ref.removeprefix("heads/") if ref.startswith("heads/") else None
     if branch is None or not await refs.delete_branch(hub, repo, branch, login_of(request)):
@@ -172,11 +170,11 @@ async def collaborator_permission(request: web.Request) -> web.Response:
     hub = hub_of(request)
     repo = repo_of(request)
     login = request.match_info["username"]
-    role = role_of(repo, login)
+    role = hub.role(repo, login)
     user = hub.render.user(login)
-    rank = _ROLE_RANK.index(role)
+    rank = ROLES.index(role)
     user["permissions"] = {
-        name: rank >= _ROLE_RANK.index(level)
+        name: rank >= ROLES.index(level)
         for name, level in (
             ("pull", "read"),
             ("triage", "triage"),
@@ -187,13 +185,6 @@ async def collaborator_permission(request: web.Request) -> web.Response:
     }
     user["role_name"] = role
     return json_response({"permission": _ROLE_TO_PERMISSION[role], "role_name": role, "user": user})
-
-
-def role_of(repo: Repo, login: str) -> str:
-    """Return a user's role on a repository: the owner and the admin are admins."""
-    if login in (repo.owner, ADMIN_LOGIN):
-        return "admin"
-    return repo.collaborators.get(login, "read")
 
 
 @routes.get("/repos/{owner}/{repo}/labels")
@@ -220,6 +211,7 @@ async def create_label(request: web.Request) -> web.Response:
     """Create a label."""
     hub = hub_of(request)
     repo = repo_of(request, write=True)
+    require_role(request, repo, "write", "create labels")
     body = await read_body(request, CreateLabelBody, "Label")
     if repo.label(body.name) is not None:
         raise invalid("Label", "name", "already_exists")

@@ -1,0 +1,824 @@
+"""The real Codex CLI through Baton's adapter, in Baton's jail, against a scripted provider.
+
+Each test runs `codex exec --json` exactly as the runner does: a checkout provisioned by
+Baton's Workspace, the issue's agent home, the jail with its allow-list proxy, the
+provider's address as BATON_CODEX_BASE_URL and its key passed through the agent's
+environment. The provider (tests/providers/openai_responses.py) plays the model over
+the WebSocket and HTTPS transports codex uses: it calls codex's own tools (code mode's
+`exec`, `exec_command`, `apply_patch`), or answers the way OpenAI answers when something
+is wrong. The tests assert what Baton concluded (the AgentResult, and the recovery
+`classify` picks) against what the CLI really did: what it sent the provider, what it
+left in the checkout, what Baton's collect takes from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import subprocess
+import time
+import tomllib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import aiohttp
+import pytest
+import redis
+
+from bot.agents import (
+    CodexAdapter,
+    adapter_for,
+    agent_home,
+    codex,
+    egress_for_run,
+    egress_policy_for,
+    programs_of,
+)
+from bot.agents.base import AgentRequest
+from bot.agents.egress import CHATGPT, OPENAI, EgressPolicy, parse_host_port
+from bot.classify import RunFacts, classify
+from bot.devstack import LocalBaton
+from bot.git import Git, Identity, Workspace
+from bot.jail import jails_for
+from bot.model import (
+    AgentResult,
+    Classification,
+    FailureClass,
+    IssueRef,
+    Recovery,
+    Run,
+    RunState,
+    utcnow,
+)
+from bot.render import refusals
+from bot.sandbox.maintainer import Maintainer, eventually
+from bot.settings import Settings
+from bot.store import Store
+from tests.conftest import RedisServer
+from tests.providers.openai_responses import (
+    Cut,
+    ScriptedResponses,
+    Step,
+    apply_patch,
+    exec_command,
+    insufficient_quota,
+    overloaded,
+    patch,
+    say,
+    serving,
+    shell,
+    throttled,
+    window_closed,
+)
+
+ROOT = Path(__file__).parents[1]
+CODEX = ROOT / ".agents" / "npm" / "node_modules" / ".bin" / "codex"
+INSTALL = "bash .ci/install-agent-clis"
+REPO = "octo/calc"
+NUMBER = 7
+BRANCH = "baton/issue-7-add"
+IDENTITY = Identity("Baton", "baton@example.invalid")
+API_KEY = {"CODEX_API_KEY": "sk-proj-scripted"}
+PROJECT = {
+    "calc.py": "def add(a, b):\n    return a - b\n",
+    "test_calc.py": (
+        "import unittest\n\nfrom calc import add\n\n\n"
+        "class AddTest(unittest.TestCase):\n"
+        "    def test_add(self):\n"
+        "        self.assertEqual(add(2, 3), 5)\n"
+    ),
+    ".gitignore": "__pycache__/\n",
+}
+RUN_TESTS = "python3 -B -m unittest -v test_calc 2>&1"
+FIX_CALC = (
+    "*** Begin Patch\n*** Update File: calc.py\n@@\n def add(a, b):\n"
+    "-    return a - b\n+    return a + b\n*** End Patch\n"
+)
+
+
+@pytest.fixture(scope="module")
+def codex_cli() -> Path:
+    """Return the pinned Codex CLI; skip (outside CI) or fail (in CI) without it."""
+    if CODEX.exists():
+        return CODEX
+    reason = f"Codex is not installed: run `{INSTALL}`"
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[ScriptedResponses]:
+    async with serving() as scripted:
+        yield scripted
+
+
+@dataclass
+class Outcome:
+    """One agent run as Baton saw it, and what the checkout and the provider show of it."""
+
+    result: AgentResult
+    classification: Classification | None  # None when the run is a success Baton pushes
+    start: str
+    head: str
+    new_commits: int
+    changed: list[str]
+    worktree: Path
+    request: AgentRequest
+    argv: list[str]
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+class Rig:
+    """Baton's side of one issue: its settings, mirror, checkout and agent home."""
+
+    def __init__(self, root: Path, cli: Path, provider: ScriptedResponses, **env: str) -> None:
+        self.root = root
+        self.provider = provider
+        self.settings = Settings(
+            BATON_DATA_DIR=root / "data",
+            BATON_AGENT="codex",
+            BATON_AGENT_BINARY=str(cli),
+            BATON_CODEX_BASE_URL=provider.base_url,
+            BATON_AGENT_ALLOWED_HOSTS=provider.host_port,
+            BATON_AGENT_PASSTHROUGH_ENV=",".join(API_KEY),
+            BATON_AGENT_WALL_CLOCK_MINUTES=2,
+            **env,
+        )
+        self.jails = jails_for(self.settings)
+        self.workspace = Workspace(Git(IDENTITY), self.settings.data_dir, self.jails)
+        self.runs = 0
+
+    async def provision(self, files: dict[str, str] = PROJECT) -> str:
+        """Make the origin, Baton's mirror of it, and the issue's checkout; return the base."""
+        seed = self.root / "seed"
+        seed.mkdir()
+        git(seed, "init", "-q", "-b", "main")
+        for name, content in files.items():
+            (seed / name).parent.mkdir(parents=True, exist_ok=True)
+            (seed / name).write_text(content)
+        git(seed, "add", "-A")
+        git(seed, "-c", "user.name=Maintainer", "-c", "user.email=m@example.invalid", "commit",
+            "-qm", "Calculator")  # fmt: skip
+        origin = self.root / "origin.git"
+        subprocess.run(["git", "clone", "-q", "--bare", str(seed), str(origin)], check=True)
+        mirror = await self.workspace.refresh_mirror(REPO, str(origin), "unused-token")
+        base = await self.workspace.rev_parse(mirror, "refs/remotes/origin/main")
+        await self.workspace.provision(REPO, NUMBER, BRANCH, base)
+        return base
+
+    @property
+    def home(self) -> Path:
+        return agent_home(self.settings.data_dir, REPO, NUMBER)
+
+    @property
+    def worktree(self) -> Path:
+        return self.workspace.worktree_path(REPO, NUMBER)
+
+    async def run(self, start: str, *, resume: str | None = None, brief: str = "") -> Outcome:
+        """Run the agent once as `_run_agent` does, then collect its work as Baton does."""
+        self.runs += 1
+        run_dir = self.settings.data_dir / "runs" / f"run-{self.runs}"
+        io_dir = run_dir / "io"
+        io_dir.mkdir(parents=True)
+        brief_path = run_dir / "brief.md"
+        brief_path.write_text(brief or f"Fix issue #{NUMBER}: add() subtracts. Run the tests.")
+        found = egress_policy_for(self.settings)
+        assert found is not None and {OPENAI, CHATGPT} <= found.allowed
+        assert parse_host_port(self.provider.host_port) in found.allowed
+        # The provider is on loopback: OpenAI's own hosts are left out, so that anything the
+        # CLI sends anywhere but its provider is refused by the proxy and named.
+        policy = EgressPolicy(mode=found.mode, allowed=found.allowed - {OPENAI, CHATGPT})
+        adapter = adapter_for(self.settings)
+        assert isinstance(adapter, CodexAdapter)
+        async with egress_for_run(policy, f"{REPO}#{NUMBER}") as (egress_dir, proxy):
+            jail = self.jails.make(
+                worktree=self.worktree,
+                home=self.home,
+                scratch=run_dir / "jail",
+                readable=(self.workspace.mirror_path(REPO) / "objects", brief_path),
+                writable=(io_dir,),
+                network=self.settings.agent_network,
+                egress_dir=egress_dir,
+                programs=programs_of(self.settings),
+            )
+            assert jail is not None
+            request = AgentRequest(
+                run_id=f"run-{self.runs}",
+                issue_number=NUMBER,
+                attempt=self.runs,
+                worktree=self.worktree,
+                brief_path=brief_path,
+                run_dir=run_dir,
+                deadline=utcnow() + timedelta(seconds=self.settings.agent_wall_clock_seconds),
+                home=self.home,
+                passthrough_env=tuple(self.settings.agent_passthrough_env),
+                resume_session_id=resume,
+                jail=jail,
+            )
+            result = await adapter.run(request)
+            assert proxy is not None
+            result = result.model_copy(update={"refused_hosts": list(proxy.refused)})
+        head = await self.workspace.collect(
+            REPO, NUMBER, start, leftovers=f"Work on #{NUMBER} (Baton)"
+        )
+        new_commits = await self.workspace.commits_since(REPO, start, head)
+        mirror = self.workspace.mirror_path(REPO)
+        changed = git(mirror, "diff", "--name-only", start, head).split()
+        classification = None
+        if result.status != "success" or not new_commits:
+            facts = RunFacts(
+                ending="agent",
+                stop_reason=result.stop_reason,
+                new_commits=new_commits,
+                resets_at=result.resets_at,
+                detail=result.result_text or "",
+            )
+            classification = classify(facts)
+        return Outcome(
+            result, classification, start, head, new_commits, changed, self.worktree, request,
+            adapter.argv(request),
+        )  # fmt: skip
+
+
+@pytest.fixture
+def rig(
+    tmp_path: Path, codex_cli: Path, provider: ScriptedResponses, monkeypatch: pytest.MonkeyPatch
+) -> Rig:
+    """Return Baton's side of one issue, its provider reached through BATON_CODEX_BASE_URL."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in API_KEY.items():
+        monkeypatch.setenv(name, value)
+    return Rig(tmp_path, codex_cli, provider)
+
+
+def chatgpt_login(codex_home: Path) -> str:
+    """Write the auth.json `codex login` leaves for a ChatGPT Plus plan; return its token."""
+
+    def part(data: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
+
+    claims = {
+        "email": "octo@example.invalid",
+        "exp": int(time.time()) + 86400,
+        "https://api.openai.com/auth": {
+            "chatgpt_plan_type": "plus",
+            "chatgpt_account_id": "acct-scripted",
+            "chatgpt_user_id": "user-scripted",
+        },
+    }
+    token = f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(claims)}.unsigned"
+    login = {
+        "OPENAI_API_KEY": None,
+        "tokens": {
+            "id_token": token,
+            "access_token": token,
+            "refresh_token": "rt-scripted",
+            "account_id": "acct-scripted",
+        },
+        "last_refresh": utcnow().isoformat(),
+    }
+    codex_home.mkdir(parents=True, exist_ok=True)
+    (codex_home / "auth.json").write_text(json.dumps(login))
+    return token
+
+
+def quiet(outcome: Outcome) -> None:
+    """Assert the CLI reached nothing but its provider and took every setting Baton wrote."""
+    assert outcome.result.refused_hosts == []
+    # Codex names, as a warning item, any setting of config.toml it does not know.
+    assert not [line for line in outcome.result.evidence if "configuration setting" in line]
+
+
+def warnings(result: AgentResult) -> list[str]:
+    return [line.removeprefix("warning: ") for line in result.evidence if line.startswith("warn")]
+
+
+def steps(provider: ScriptedResponses) -> list[str]:
+    return [type(seen.step).__name__ for seen in provider.loop_requests]
+
+
+# ---------------------------------------------------------------- success
+
+
+async def test_a_file_edited_with_the_clis_own_tools_is_a_success_baton_commits(rig: Rig) -> None:
+    # The repository brings codex settings of its own, which must not be read.
+    repository_settings = 'model_reasoning_effort = "minimal"\nopenai_base_url = "http://x"\n'
+    start = await rig.provision({**PROJECT, ".codex/config.toml": repository_settings})
+    # The operator's agent home holds codex settings of its own: Baton keeps them, but not
+    # the trust an earlier run may have given the checkout.
+    template = rig.settings.data_dir / "agent-home" / "codex" / "config.toml"
+    template.parent.mkdir(parents=True)
+    template.write_text(
+        'model_reasoning_effort = "high"\n\n[features]\nshell_snapshot = true\n\n'
+        f'[projects."{rig.worktree}"]\ntrust_level = "trusted"\n'
+    )
+    # The data directory is under /tmp, where codex refuses to put the shell's apply_patch
+    # helper unless its TMPDIR is elsewhere: the adapter points it at the jail's other tmp.
+    assert rig.home.is_relative_to("/tmp")
+    notes = "*** Begin Patch\n*** Add File: NOTES.md\n+add() now adds.\n*** End Patch\n"
+    rig.provider.script(
+        patch(FIX_CALC),
+        shell(f"apply_patch <<'PATCH'\n{notes}PATCH\necho TMPDIR=$TMPDIR"),
+        say("add() returned a - b; it now returns a + b."),
+    )
+    outcome = await rig.run(start)
+
+    result = outcome.result
+    assert (result.status, result.stop_reason, result.failure_class) == (
+        "success",
+        "completed",
+        None,
+    )
+    assert result.exit_code == 0
+    assert result.result_text == "add() returned a - b; it now returns a + b."
+    assert result.turns == 2 and result.cost_usd is None
+    assert "tokens: input 3600, cached_input 600, output 120" in result.evidence
+    assert result.session_id and result.denials == []
+    quiet(outcome)
+    # The edits really happened, through codex's own apply_patch, and the model heard of it.
+    assert (outcome.worktree / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+    loop = rig.provider.loop_requests
+    assert [seen.transport for seen in loop] == ["websocket"] * 3
+    assert "Fix issue #7: add() subtracts." in loop[0].user_texts()[-1]
+    assert "Script completed" in loop[1].outputs()[-1]
+    helper = loop[2].outputs()[-1]
+    assert "Success. Updated the following files:\\nA NOTES.md" in helper
+    assert "TMPDIR=/var/tmp" in helper
+    assert not [line for line in result.evidence if "PATH aliases" in line]
+    assert rig.provider.overrun == 0
+    # codex took the template's setting and Baton's endpoint together.
+    assert loop[0].body["reasoning"]["effort"] == "high"
+    config = (rig.home / "codex" / "config.toml").read_text()
+    assert f'openai_base_url = "{rig.provider.base_url}"' in config
+    assert "shell_snapshot = true" in config and "plugins = false" in config
+    assert "trust_level" not in config
+    # Baton committed what the agent left, and nothing of the CLI's own bookkeeping.
+    assert outcome.new_commits == 1 and outcome.classification is None
+    assert outcome.changed == ["NOTES.md", "calc.py"]
+    assert sorted(p.name for p in outcome.worktree.iterdir()) == sorted(
+        [".git", ".codex", *PROJECT, "NOTES.md"]
+    )
+
+
+async def test_the_agent_runs_the_tests_and_commits_in_the_jail(
+    tmp_path: Path, codex_cli: Path, provider: ScriptedResponses, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A model without code mode: codex offers exec_command and apply_patch as tools of
+    # their own, and the model calls them directly.
+    for name, value in API_KEY.items():
+        monkeypatch.setenv(name, value)
+    rig = Rig(tmp_path, codex_cli, provider, BATON_AGENT_MODEL="gpt-5.5")
+    start = await rig.provision()
+    provider.script(
+        exec_command(RUN_TESTS),
+        apply_patch(FIX_CALC),
+        exec_command(RUN_TESTS),
+        exec_command("git commit -qam 'Make add() add' && git log -1 --format='%an <%ae> %s'"),
+        say("Fixed add(); the tests pass and the fix is committed."),
+    )
+    outcome = await rig.run(start)
+
+    result = outcome.result
+    assert (result.status, result.stop_reason) == ("success", "completed")
+    assert result.turns == 4 and result.denials == []
+    # Codex's own sandbox is off: Baton's jail contains the agent, and git can commit.
+    assert outcome.argv[outcome.argv.index("--sandbox") + 1] == "danger-full-access"
+    assert "--model" in outcome.argv and "gpt-5.5" in outcome.argv
+    tools = {tool.get("name") for tool in provider.loop_requests[0].body.get("tools", [])}
+    assert {"exec_command", "apply_patch"} <= tools
+    outputs = [seen.outputs()[-1] for seen in provider.loop_requests[1:]]
+    assert "FAILED (failures=1)" in outputs[0]
+    assert "Success. Updated the following files" in outputs[1]
+    assert "Ran 1 test" in outputs[2] and "\nOK" in outputs[2]
+    # The agent's commit carries the checkout's identity; no GIT_AUTHOR_* was needed.
+    assert "Baton <baton@example.invalid> Make add() add" in outputs[3]
+    assert not {n for n in CodexAdapter().environment(outcome.request) if n.startswith("GIT_")}
+    quiet(outcome)
+    assert outcome.new_commits == 1 and outcome.changed == ["calc.py"]
+    mirror = rig.workspace.mirror_path(REPO)
+    assert git(mirror, "log", "-1", "--format=%an <%ae>|%s", outcome.head) == (
+        "Baton <baton@example.invalid>|Make add() add"
+    )
+    assert git(outcome.worktree, "status", "--porcelain", "--ignored") == ""
+
+
+async def test_a_refused_tool_call_is_recorded_with_the_run(rig: Rig) -> None:
+    start = await rig.provision()
+    # The operator's agent home forbids pushing; every agent home is made from it.
+    rules = rig.settings.data_dir / "agent-home" / "codex" / "rules" / "baton.rules"
+    rules.parent.mkdir(parents=True)
+    rules.write_text(
+        'prefix_rule(pattern = ["git", "push"], decision = "forbidden",'
+        ' justification = "Baton pushes the branch itself")\n'
+    )
+    rig.provider.script(
+        patch(FIX_CALC),
+        shell("git push origin HEAD"),
+        exec_command("git push --force origin HEAD:main"),
+        say("Fixed add(); pushing was not allowed."),
+    )
+    outcome = await rig.run(start)
+
+    result = outcome.result
+    assert (result.status, result.stop_reason) == ("success", "completed")
+    assert result.denials == [
+        "exec_command: `/bin/sh -lc 'git push origin HEAD'` rejected: "
+        "Baton pushes the branch itself",
+        "exec_command: `/bin/sh -lc 'git push --force origin HEAD:main'` rejected: "
+        "Baton pushes the branch itself",
+    ]
+    assert refusals(result.denials) == (
+        "2 shell commands were refused by the agent CLI's permission rules "
+        "(each is listed in the run record)."
+    )
+    told = rig.provider.loop_requests[2].outputs()[-1]
+    assert "rejected: Baton pushes the branch itself" in told
+    assert outcome.new_commits == 1 and outcome.changed == ["calc.py"]
+
+
+async def test_a_continuation_resumes_the_previous_session(rig: Rig) -> None:
+    start = await rig.provision()
+    rig.provider.script(patch(FIX_CALC), say("Changed calc.py; tests not run yet."))
+    first = await rig.run(start, brief="Attempt 1: fix add().")
+    assert first.result.status == "success" and first.result.session_id
+
+    rig.provider.script(shell(RUN_TESTS), say("The tests pass now."))
+    second = await rig.run(first.head, resume=first.result.session_id, brief="Attempt 2: check.")
+
+    assert second.argv[-3:] == ["resume", first.result.session_id, "-"]
+    assert second.result.status == "success"
+    assert second.result.session_id == first.result.session_id
+    # The provider saw the first attempt's conversation carried into the second.
+    conversation = json.dumps(rig.provider.loop_requests[2].body["input"])
+    assert "Attempt 1: fix add()." in conversation and "Attempt 2: check." in conversation
+    assert "Changed calc.py; tests not run yet." in conversation
+    assert "OK" in rig.provider.loop_requests[3].outputs()[-1]
+
+
+async def test_a_session_missing_on_this_worker_starts_fresh(rig: Rig) -> None:
+    start = await rig.provision()
+    rig.provider.script(patch(FIX_CALC), say("Fixed."))
+    gone = "01a20000-0000-7000-8000-000000000000"
+    outcome = await rig.run(start, resume=gone)
+
+    result = outcome.result
+    assert result.status == "success" and result.session_id not in (None, gone)
+    assert result.evidence[0] == "the session to resume is not on this worker: codex started afresh"
+    first = rig.provider.loop_requests[0]
+    assert rig.provider.seen[0].step is None  # a new thread's warm-up
+    assert not [item for item in first.body["input"] if item.get("role") == "assistant"]
+
+
+# ---------------------------------------------------------------- caps
+
+
+async def test_a_turn_cap_with_work_committed_continues_from_it(
+    tmp_path: Path, codex_cli: Path, provider: ScriptedResponses, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in API_KEY.items():
+        monkeypatch.setenv(name, value)
+    rig = Rig(tmp_path, codex_cli, provider, BATON_AGENT_MAX_TURNS="2")
+    start = await rig.provision()
+    provider.script(
+        shell("echo 'add() subtracts' > NOTES.md && git add NOTES.md && git commit -qm Notes"),
+        shell(RUN_TESTS),
+        shell(RUN_TESTS),
+        then=shell("true"),
+    )
+    outcome = await rig.run(start)
+
+    result = outcome.result
+    assert (result.status, result.stop_reason, result.failure_class) == (
+        "failed",
+        "max_turns",
+        "turn-cap",
+    )
+    assert "the agent was stopped past its turn cap" in result.evidence
+    assert result.turns is not None and result.turns >= 3  # one past the cap, or more
+    assert outcome.new_commits == 1
+    assert outcome.classification is not None
+    assert outcome.classification.failure_class is FailureClass.TURN_CAP_PROGRESS
+    assert outcome.classification.recovery is Recovery.CONTINUE
+
+
+# ---------------------------------------------------------------- provider trouble
+
+
+@pytest.mark.parametrize(
+    ("window", "hours", "kind"),
+    [("primary", 3, "five_hour"), ("secondary", 100, "seven_day")],
+    ids=["five-hour", "weekly"],
+)
+async def test_a_closed_usage_window_halts_until_it_reopens(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, window: str, hours: int, kind: str
+) -> None:
+    # A ChatGPT plan's windows: codex signed in once into the agent home template, no key.
+    # With a login codex also asks ChatGPT's backend about the account: the scripted
+    # provider plays that host too.
+    for name in API_KEY:
+        monkeypatch.delenv(name)
+    template = rig.settings.data_dir / "agent-home" / "codex"
+    token = chatgpt_login(template)
+    backend = f"http://{rig.provider.host_port}/backend-api/"
+    (template / "config.toml").write_text(f'chatgpt_base_url = "{backend}"\n')
+    start = await rig.provision()
+    reopens = int(time.time()) + hours * 3600 + 17  # seconds past the minute codex prints
+    rig.provider.script(then=window_closed(window, reopens))  # type: ignore[arg-type]
+    outcome = await rig.run(start)
+
+    result = outcome.result
+    assert (result.status, result.stop_reason, result.failure_class) == (
+        "failed",
+        "provider_window",
+        "provider-window",
+    )
+    # The exact reset, from codex's own rate-limit snapshot, agreeing with what it printed.
+    assert result.resets_at == datetime.fromtimestamp(reopens, UTC)
+    assert any(f"the {kind} window" in line for line in result.evidence)
+    assert result.evidence[0].startswith("You\u2019ve hit your usage limit.")
+    assert "try again at" in result.evidence[0]
+    # A closed window is not retried: one request, then the CLI said so and stopped.
+    assert len(rig.provider.loop_requests) == 1
+    assert rig.provider.loop_requests[0].headers.get("Authorization") == f"Bearer {token}"
+    assert outcome.classification is not None
+    assert outcome.classification.failure_class is FailureClass.PROVIDER_WINDOW
+    assert outcome.classification.recovery is Recovery.HALT
+    quiet(outcome)
+
+
+@pytest.mark.parametrize(
+    ("answer", "stop_reason", "failure", "recovery", "said"),
+    [
+        (insufficient_quota(), "provider_credit", FailureClass.PROVIDER_CREDIT,
+         Recovery.ESCALATE, "Quota exceeded. Check your plan and billing details."),
+        (throttled(), "provider_transient", FailureClass.PROVIDER_TRANSIENT, Recovery.BACKOFF,
+         "exceeded retry limit, last status: 429 Too Many Requests"),
+        (overloaded(), "provider_transient", FailureClass.PROVIDER_TRANSIENT, Recovery.BACKOFF,
+         "Selected model is at capacity. Please try a different model."),
+    ],
+    ids=["insufficient-quota", "throttle-429", "overloaded-503"],
+)  # fmt: skip
+async def test_provider_trouble_is_classified_as_the_cli_reports_it(
+    rig: Rig,
+    answer: Step,
+    stop_reason: str,
+    failure: FailureClass,
+    recovery: Recovery,
+    said: str,
+) -> None:
+    start = await rig.provision()
+    rig.provider.script(then=answer)
+    outcome = await rig.run(start)
+
+    result = outcome.result
+    assert (result.status, result.stop_reason) == ("failed", stop_reason)
+    assert result.exit_code == 1 and result.resets_at is None
+    assert result.evidence[0].startswith(said)
+    assert outcome.new_commits == 0 and outcome.classification is not None
+    assert outcome.classification.failure_class is failure
+    assert outcome.classification.recovery is recovery
+
+
+async def test_a_bad_key_is_refused_and_baton_escalates(rig: Rig) -> None:
+    start = await rig.provision()
+    rig.provider.api_key = "sk-proj-the-right-one"  # refused at the upgrade and on POST
+    rig.provider.script(say("never said"))
+    outcome = await rig.run(start)
+
+    result = outcome.result
+    assert (result.status, result.stop_reason, result.exit_code) == ("failed", "auth", 1)
+    assert result.evidence[0].startswith("unexpected status 401 Unauthorized: Incorrect API key")
+    # Codex retried over both transports before it gave up; no request got through.
+    assert rig.provider.keys_refused > 2 and rig.provider.seen == []
+    assert outcome.classification is not None
+    assert outcome.classification.failure_class is FailureClass.PROVIDER_CREDIT
+    assert outcome.classification.recovery is Recovery.ESCALATE
+
+
+async def test_a_stream_cut_twice_is_retried_by_the_cli_and_the_run_succeeds(rig: Rig) -> None:
+    start = await rig.provision()
+    rig.provider.script(Cut(), Cut(), patch(FIX_CALC), say("Fixed add()."))
+    outcome = await rig.run(start)
+
+    result = outcome.result
+    # Codex announced its retry as a top-level `error` event, then finished the turn.
+    assert any(w.startswith("Reconnecting... 2/5 (stream disconnected") for w in warnings(result))
+    assert (result.status, result.stop_reason, result.exit_code) == ("success", "completed", 0)
+    assert steps(rig.provider) == ["Cut", "Cut", "Reply", "Reply"]
+    assert outcome.new_commits == 1 and outcome.changed == ["calc.py"]
+
+
+async def test_a_server_error_once_is_retried_by_the_cli_and_the_run_succeeds(rig: Rig) -> None:
+    start = await rig.provision()
+    rig.provider.script(overloaded(500), patch(FIX_CALC), say("Fixed add()."))
+    outcome = await rig.run(start)
+
+    assert (outcome.result.status, outcome.result.stop_reason) == ("success", "completed")
+    assert steps(rig.provider) == ["Failure", "Reply", "Reply"]
+    assert outcome.changed == ["calc.py"]
+
+
+async def test_a_gateway_without_websockets_is_used_over_https(
+    tmp_path: Path, codex_cli: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in API_KEY.items():
+        monkeypatch.setenv(name, value)
+    async with serving(websockets=False) as gateway:
+        rig = Rig(tmp_path, codex_cli, gateway)
+        start = await rig.provision()
+        gateway.script(patch(FIX_CALC), say("Fixed add() through the gateway."))
+        outcome = await rig.run(start)
+
+    result = outcome.result
+    # Codex tried the WebSocket five times, said so, fell back to HTTPS and finished there.
+    notices = [w for w in warnings(result) if w.startswith("Reconnecting...")]
+    assert len(notices) == 4 and "unexpected status 404 Not Found" in notices[0]
+    assert any(w.startswith("Falling back from WebSockets to HTTPS") for w in warnings(result))
+    assert (result.status, result.stop_reason, result.exit_code) == ("success", "completed", 0)
+    assert result.result_text == "Fixed add() through the gateway."
+    assert gateway.upgrades_refused >= 5
+    assert [seen.transport for seen in gateway.loop_requests] == ["https", "https"]
+    quiet(outcome)
+    assert outcome.changed == ["calc.py"]
+
+
+# ---------------------------------------------------------------- the whole loop
+
+
+async def test_a_labelled_issue_becomes_a_green_pull_request_codex_made(
+    tmp_path: Path, codex_cli: Path, provider: ScriptedResponses, redis_server: RedisServer
+) -> None:
+    """The sandbox GitHub, Baton's web process and a worker, every one a real process; the
+    worker runs codex in its jail, which edits the code and runs the tests itself."""
+    redis.Redis.from_url(redis_server.url).flushall()
+    baton = LocalBaton(
+        workdir=tmp_path,
+        redis_url=redis_server.url,
+        agent_command="",
+        extra_env={
+            "BATON_AGENT": "codex",
+            "BATON_AGENT_BINARY": str(codex_cli),
+            "BATON_CODEX_BASE_URL": provider.base_url,
+            "BATON_AGENT_PASSTHROUGH_ENV": ",".join(API_KEY),
+            "BATON_AGENT_ALLOWED_HOSTS": provider.host_port,
+            "BATON_AGENT_WALL_CLOCK_MINUTES": "2",
+            **API_KEY,
+        },
+    )
+    provider.script(
+        shell(RUN_TESTS),
+        shell(f"sed -i 's/return a - b/return a + b/' calc.py && {RUN_TESTS}"),
+        shell("git commit -qam 'Make add() add'"),
+        say("add() subtracted; it adds now, and the tests pass."),
+    )
+    await asyncio.to_thread(baton.start, 1)
+    try:
+        async with aiohttp.ClientSession() as session:
+            maintainer = Maintainer(session, baton.sandbox_url, baton.admin_token)
+            files = {**PROJECT, ".sandbox/ci": f"#!/bin/sh\nset -e\n{RUN_TESTS}\n"}
+            repo = str((await maintainer.create_repo("calc", files, tmp_path))["full_name"])
+            issue = await maintainer.open_issue(repo, "add() subtracts", "2 + 3 is not -1.")
+            number = int(issue["number"])
+            await maintainer.add_label(repo, number, "baton:queue")
+
+            store = Store.from_url(redis_server.url)
+            ref = IssueRef(installation_id=1, repo=repo, number=number)
+
+            async def settled() -> Run | None:
+                run = store.latest_run(ref)
+                done = (RunState.PUSHED_GREEN, RunState.FAILED, RunState.NO_CHANGE)
+                return run if run is not None and run.state in done else None
+
+            run = await eventually(settled, "the run settling", 120)
+            assert run.state is RunState.PUSHED_GREEN, (run.reason, baton.logs())
+
+            async def in_review() -> set[str] | None:
+                labels = await maintainer.labels(repo, number)
+                return labels if labels == {"baton:review"} else None
+
+            assert await eventually(in_review, "the review label") == {"baton:review"}
+            [pull] = await maintainer.pulls(repo)
+            comments = [c["body"] for c in await maintainer.comments(repo, number)]
+    finally:
+        await asyncio.to_thread(baton.stop)
+
+    agent = run.agent_result
+    assert agent is not None
+    assert (agent.agent, agent.status, agent.stop_reason) == ("codex", "success", "completed")
+    assert agent.denials == [] and agent.refused_hosts == [] and agent.session_id
+    outputs = [seen.outputs()[-1] for seen in provider.loop_requests[1:]]
+    assert "FAILED (failures=1)" in outputs[0] and "\\nOK\\n" in outputs[1]
+    assert provider.overrun == 0
+    assert run.changed_files == ["calc.py"]
+    assert pull["head"]["sha"] == run.head_sha
+    assert "add() subtracted; it adds now, and the tests pass." in pull["body"]
+    assert any("pushed-green" in body for body in comments)
+
+
+# ---------------------------------------------------------------- what Baton reads, alone
+
+
+def events_text(*found: dict[str, object]) -> str:
+    return "".join(json.dumps(event) + "\n" for event in found)
+
+
+NOW = datetime(2026, 9, 14, 12, 0, tzinfo=UTC)
+
+
+def test_a_retry_notice_is_not_a_failure_but_a_final_error_is() -> None:
+    notice = {"type": "error", "message": "Reconnecting... 2/5 (stream disconnected before ...)"}
+    done = {"type": "turn.completed", "usage": {"input_tokens": 1, "output_tokens": 1}}
+    recovered = codex.read(events_text(notice, done), 0, NOW, UTC)
+    assert recovered.stop_reason == "completed"
+    assert recovered.evidence[-1].startswith("warning: Reconnecting... 2/5")
+
+    final = {"type": "error", "message": "stream disconnected before completion: closed"}
+    failed = {"type": "turn.failed", "error": {"message": final["message"]}}
+    assert codex.read(events_text(notice, final, failed), 1, NOW, UTC).stop_reason == (
+        "provider_transient"
+    )
+
+
+RESET = 1789401617
+
+
+def test_the_snapshot_names_only_a_spent_window() -> None:
+    rollout = events_text(
+        {
+            "type": "event_msg",
+            "payload": {
+                "type": "token_count",
+                "rate_limits": {
+                    "primary": {"used_percent": 100.0, "window_minutes": 300, "resets_at": RESET},
+                    "secondary": {"used_percent": 20.0, "window_minutes": 10080},
+                },
+            },
+        }
+    )
+    assert codex.spent_windows(rollout) == [("five_hour", datetime.fromtimestamp(RESET, UTC))]
+    assert codex.spent_windows(rollout.replace("100.0", "99.0")) == []
+
+
+def test_baton_keeps_the_homes_codex_settings_and_lays_its_own_over_them() -> None:
+    base = {"model": "gpt-5.5", "features": {"plugins": True, "shell_snapshot": True}}
+    settings = codex.merged(base, codex.QUIET_CONFIG)
+    assert settings["model"] == "gpt-5.5"
+    assert settings["features"] == {"plugins": False, "apps": False, "shell_snapshot": True}
+    assert tomllib.loads(codex.toml_text(settings)) == settings
+
+
+def test_baton_writes_codex_settings_through_no_link_the_agent_left(tmp_path: Path) -> None:
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir()
+    elsewhere.mkdir()
+    (elsewhere / "config.toml").write_text("kept = true\n")
+    request = AgentRequest(
+        run_id="r",
+        issue_number=1,
+        attempt=1,
+        worktree=tmp_path,
+        brief_path=tmp_path / "brief.md",
+        run_dir=tmp_path / "run",
+        deadline=utcnow(),
+        home=home,
+    )
+    adapter = CodexAdapter(base_url="http://10.0.0.5:8080/v1")
+    (home / "codex").symlink_to(elsewhere)
+    adapter.configure(request)
+    assert not (home / "codex").is_symlink()
+    assert (elsewhere / "config.toml").read_text() == "kept = true\n"
+    assert "kept" not in (home / "codex" / "config.toml").read_text()
+
+    (home / "codex" / "config.toml").unlink()
+    (home / "codex" / "config.toml").symlink_to(elsewhere / "config.toml")
+    adapter.configure(request)
+    assert not (home / "codex" / "config.toml").is_symlink()
+    assert (elsewhere / "config.toml").read_text() == "kept = true\n"
+    written = tomllib.loads((home / "codex" / "config.toml").read_text())
+    assert written["openai_base_url"] == "http://10.0.0.5:8080/v1"
+    assert written["features"] == {"plugins": False, "apps": False}
+
+
+def test_the_endpoint_of_a_base_url_is_let_through_the_proxy(tmp_path: Path) -> None:
+    settings = Settings(
+        BATON_DATA_DIR=tmp_path,
+        BATON_AGENT="codex",
+        BATON_CODEX_BASE_URL="http://10.0.0.5:8080/v1",
+    )
+    policy = egress_policy_for(settings)
+    assert policy is not None and parse_host_port("10.0.0.5:8080") in policy.allowed
+    assert codex.endpoint("https://gateway.example/openai/v1") == parse_host_port(
+        "gateway.example:443"
+    )
+    with pytest.raises(ValueError, match="BATON_CODEX_BASE_URL"):
+        Settings(BATON_DATA_DIR=tmp_path, BATON_CODEX_BASE_URL="gateway.example/v1")
