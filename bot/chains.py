@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from bot.inert import inert
 from bot.model import Recovery, Run, RunState
 from bot.render import STATUS_MARKER
 
@@ -34,6 +35,7 @@ class IssueFacts(BaseModel):
     title: str
     body: str | None
     open: bool
+    author: str | None = None  # who opened it: only they and collaborators can edit it
 
 
 # --- Parsing -------------------------------------------------------------------------------------
@@ -435,9 +437,8 @@ class ManifestLink(BaseModel):
 
 
 def _title(title: str) -> str:
-    """Return an untrusted title that cannot break out of its list line."""
-    text = " ".join(title.split()).replace("<", "&lt;").replace(">", "&gt;")
-    return text.replace("@", "&#64;")  # a title's @mention must not ping anyone from a PR body
+    """Return an untrusted title that cannot break out of its list line, nor close or ping."""
+    return inert(" ".join(title.split()).replace("<", "&lt;").replace(">", "&gt;"))
 
 
 def _link_line(position: int, link: ManifestLink) -> str:

@@ -24,6 +24,7 @@ from bot.chains import (
     ManifestLink,
     chain_from_dependencies,
     chain_status_comment,
+    dependencies,
     dependency_closure,
     held_comment,
     is_tracking_issue,
@@ -42,8 +43,9 @@ from bot.github import GitHubApp, GitHubClient, github_app
 from bot.labels import recorded_labels, set_state_label
 from bot.model import Chain, IssueRef, Run, RunState, utcnow
 from bot.recovery import Services, conclude, post_status
+from bot.settings import Settings
 from bot.snapshot import Snapshot, queue, snapshot
-from bot.standing import queued_by_a_steerer
+from bot.standing import queued_by_a_steerer, standing_of
 from bot.store import Store
 from bot.tracker import label_names, load_repo_config, read_issue
 
@@ -90,6 +92,7 @@ async def queue_chain(
             if refused is not None:
                 raise refused
             chain, facts = await _plan(gh, issue, data, file.config.strict_preflight)
+            await _refuse_links_named_by_strangers(gh, store, applied, chain, facts)
         except (ChainRefused, InvalidRepoConfig) as exc:
             if ours.queue not in labels:
                 return None
@@ -351,6 +354,35 @@ async def _plan(
     return chain, facts
 
 
+async def _refuse_links_named_by_strangers(
+    gh: GitHubClient,
+    store: Store,
+    settings: Settings,
+    chain: Chain,
+    facts: Mapping[int, IssueFacts],
+) -> None:
+    """Refuse a chain that follows dependencies named by someone who may not steer Baton.
+
+    The queued issue's own references are the maintainer's choice; an issue further
+    along names its dependencies in a body its author can edit at any time, so only a
+    steerer's issue may bring more issues into the chain.
+    """
+    if chain.tracking:
+        return  # the tracking issue, as queued, names every link itself
+    for number in chain.links:
+        read = facts.get(number)
+        if number == chain.head or read is None or not dependencies(read.body, chain.repo):
+            continue
+        author = read.author or "someone unknown"
+        standing = await standing_of(gh, store, settings, chain.repo, author)
+        if not standing.allowed:
+            raise ChainRefused(
+                f"#{number} names issues of its own to depend on, but it was opened by "
+                f"@{author}, who may not steer Baton here, so Baton does not follow them. "
+                "List the chain's issues in a tracking issue instead."
+            )
+
+
 def _record_link_texts(
     store: Store, chain: Chain, facts: Mapping[int, IssueFacts], at: datetime, by: str | None
 ) -> None:
@@ -390,4 +422,5 @@ def _facts_of(data: dict[str, Any]) -> IssueFacts:
         title=str(data["title"]),
         body=data.get("body"),
         open=data["state"] == "open",
+        author=(data.get("user") or {}).get("login"),
     )

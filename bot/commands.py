@@ -108,6 +108,9 @@ class Refused(BaseModel):
     reason: str
 
 
+_HTML_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
+
+
 def command_lines(body: str) -> list[str]:
     """Return the lines of a comment that GitHub shows as text, not as code or a quote.
 
@@ -117,6 +120,7 @@ def command_lines(body: str) -> list[str]:
     line between. An indented code line starts with blanks, so it never starts with a
     command either.
     """
+    body = _HTML_COMMENT.sub("", body)  # GitHub shows nothing of an HTML comment
     shown = []
     fence: str | None = None  # the open fence outside any quote
     quoted_fence: str | None = None  # a fence opened inside the quote

@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
+from urllib.parse import urlsplit
 
 from bot.inert import inert
 from bot.jail import Jails
@@ -69,6 +70,30 @@ class Identity:
 
     name: str
     email: str
+
+    @classmethod
+    def of(
+        cls,
+        name: str | None,
+        email: str | None,
+        bot_login: str | None,
+        bot_user_id: int | None,
+        api_url: str,
+    ) -> Identity:
+        """Return the configured identity, or the App's bot and its noreply address (pure).
+
+        GitHub links a commit to the App when its email is the bot's noreply address,
+        `<id>+<login>@users.noreply.<host>`; until the bot is known, Baton's own name.
+        """
+        login = bot_login or "baton[bot]"
+        host = urlsplit(api_url).hostname or "github.com"
+        host = "github.com" if host == "api.github.com" else host
+        noreply = (
+            f"{bot_user_id}+{login}@users.noreply.{host}"
+            if bot_user_id is not None
+            else f"{login}@users.noreply.{host}"
+        )
+        return cls(name or login, email or noreply)
 
     def config(self) -> list[str]:
         """Return the `-c` options every git of Baton's runs with: who, unsigned, no hooks."""

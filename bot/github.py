@@ -163,6 +163,17 @@ class GitHubApp:
         self._store.set_bot_login(login)
         return login
 
+    async def learn_bot_user_id(self, installation_id: int) -> int:
+        """Return the bot account's id, fetching it once from GET /users/{login}."""
+        known = self._store.bot_user_id()
+        if known is not None:
+            return known
+        login = await self.learn_bot_login()
+        gh = await self.for_installation(installation_id)
+        user = await gh.getitem("/users/{login}", {"login": login})
+        self._store.set_bot_user_id(int(user["id"]))
+        return int(user["id"])
+
 
 @asynccontextmanager
 async def github_app(settings: Settings, store: Store) -> AsyncIterator[GitHubApp]:

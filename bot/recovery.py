@@ -45,7 +45,14 @@ class Services:
     @property
     def workspace(self) -> Workspace:
         """Return the mirrors and worktrees under the data directory."""
-        identity = Identity(self.settings.git_author_name, self.settings.git_author_email)
+        settings, store = self.settings, self.store
+        identity = Identity.of(
+            settings.git_author_name,
+            settings.git_author_email,
+            settings.bot_login or store.bot_login(),
+            store.bot_user_id(),
+            settings.github_api_url,
+        )
         return Workspace(Git(identity), self.settings.data_dir, self.jails)
 
     @property

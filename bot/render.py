@@ -480,8 +480,8 @@ def escalation_comment(
 
 
 def pr_title(issue_title: str, number: int) -> str:
-    """Return the pull request's title."""
-    return f"{issue_title} (#{number})"
+    """Return the pull request's title: a merge or squash commit carries it, so inert."""
+    return f"{inert(issue_title)} (#{number})"
 
 
 def pr_body(
@@ -533,7 +533,7 @@ def _file_list(names: list[str]) -> list[str]:
 
 def _code(text: str) -> str:
     """Return text as inline code, whatever backticks or line breaks it holds."""
-    text = " ".join(text.splitlines())
+    text = inert(" ".join(text.splitlines()))
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     ticks = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""

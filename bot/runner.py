@@ -170,6 +170,7 @@ class _Attempt:
 
     async def execute(self) -> Run | None:
         await self.app.learn_bot_login()  # so the web process can tell Baton's own events apart
+        await self.app.learn_bot_user_id(self.issue.installation_id)  # its commits' address
         gh = await self.app.for_installation(self.issue.installation_id)
         data = await read_issue(gh, self.issue)
         labels = label_names(data)

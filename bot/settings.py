@@ -233,10 +233,17 @@ class Settings(BaseSettings):
         description="Honour `agent.adapter: command`, `agent.command` and `setup` from a "
         "repository's own file; they always run in the agent's sandbox.",
     )
-    git_author_name: str = Field(default="Baton", validation_alias="BATON_GIT_AUTHOR_NAME")
-    git_author_email: str = Field(
-        default="baton@users.noreply.github.com",
+    git_author_name: str | None = Field(
+        default=None,
+        validation_alias="BATON_GIT_AUTHOR_NAME",
+        description="Who the commits Baton and its agent make are by; unset, the App's bot "
+        "login (`<slug>[bot]`).",
+    )
+    git_author_email: str | None = Field(
+        default=None,
         validation_alias="BATON_GIT_AUTHOR_EMAIL",
+        description="Their email; unset, the bot's noreply address "
+        "(`<id>+<slug>[bot]@users.noreply.github.com`), which GitHub links to the App.",
     )
 
     @field_validator(

@@ -259,6 +259,15 @@ class Store:
         """Remember the App's bot login so the web process can ignore its own events."""
         self.redis.set(f"{_PREFIX}:app:bot-login", login)
 
+    def bot_user_id(self) -> int | None:
+        """Return the App's bot account id as learnt by a worker, if known."""
+        value = self.redis.get(f"{_PREFIX}:app:bot-user-id")
+        return int(value) if value is not None else None
+
+    def set_bot_user_id(self, user_id: int) -> None:
+        """Remember the App's bot account id, which its noreply commit address carries."""
+        self.redis.set(f"{_PREFIX}:app:bot-user-id", user_id)
+
     def installation_token(self, app: str, installation_id: int) -> str | None:
         """Return a cached token of the app's installation that is still comfortably valid.
 

@@ -194,6 +194,10 @@ async def _verified_body(request: web.Request) -> bytes | _Answer:
     size = request.content_length
     if size is not None and size > MAX_PAYLOAD_BYTES:
         return _TOO_LARGE
+    if request.headers.get("Content-Encoding", "identity").lower() != "identity":
+        # GitHub never compresses a delivery; a compressed body would weigh more in memory
+        # than its Content-Length says, before its signature is checked.
+        return _Answer(415, "refused", "compressed deliveries are not accepted")
     reads = request.app[CONTEXT].reads
     weight = MAX_PAYLOAD_BYTES if size is None else size
     if not reads.take(weight):

@@ -33,6 +33,10 @@ Id = Annotated[int, Field(gt=0)]
 Sha = Annotated[str, Field(pattern=r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")]  # SHA-1 or SHA-256
 # GitHub's owners are letters, digits, - (and _ for managed users); names add `.`.
 RepoName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+/[A-Za-z0-9._-]+$")]
+# GitHub's times are ISO 8601 with a zone: `2026-12-01T09:00:00Z`.
+Timestamp = Annotated[
+    str, Field(pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)$")
+]
 Texts = Annotated[list[str], FailFast()]  # a bad item ends the check: no error per item
 
 
@@ -132,7 +136,7 @@ class Review(_Fields):
     id: Id
     state: str
     user: Account
-    submitted_at: str | None = None
+    submitted_at: Timestamp | None = None
 
 
 class ReviewSubmitted(_Delivery):

@@ -19,6 +19,9 @@ from bot.sandbox.server import running
 from bot.settings import Settings
 from bot.store import Store
 
+# The CLI tests' shared harness and providers assert as the tests do: let pytest explain.
+pytest.register_assert_rewrite("tests.cli_harness", "tests.providers")
+
 
 @pytest.fixture(scope="session", autouse=True)
 def away_from_any_env_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:

@@ -14,47 +14,30 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
-import subprocess
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
-import aiohttp
 import pytest
-import redis
 
-from bot.agents import (
-    TESTED_VERSIONS,
-    adapter_for,
-    agent_home,
-    egress_for_run,
-    egress_policy_for,
-    programs_of,
-)
+from bot.agents import TESTED_VERSIONS
 from bot.agents import aider as aider_adapter
 from bot.agents.aider import RETRY_PATIENCE_S, AiderAdapter
-from bot.agents.base import AgentRequest
-from bot.agents.egress import ANTHROPIC, OPENAI, EgressPolicy
-from bot.classify import RunFacts, classify
-from bot.devstack import LocalBaton
-from bot.git import Git, Identity, Workspace
-from bot.jail import jails_for, sandbox_problem
-from bot.model import (
-    AgentResult,
-    Classification,
-    FailureClass,
-    IssueRef,
-    Recovery,
-    Run,
-    RunState,
-    utcnow,
+from bot.agents.egress import provider_hosts
+from bot.model import FailureClass, Recovery
+from tests.cli_harness import (
+    ROOT,
+    Issue,
+    IssueRig,
+    Outcome,
+    credentials,
+    git,
+    installed,
+    plain_request,
+    to_review,
 )
-from bot.sandbox.maintainer import Maintainer, eventually
-from bot.settings import Settings
-from bot.store import Store
 from tests.conftest import RedisServer
 from tests.providers.openai_chat import (
     Cut,
@@ -75,12 +58,8 @@ from tests.providers.openai_chat import (
     window_closed,
 )
 
-ROOT = Path(__file__).parents[1]
 AIDER = ROOT / ".agents" / "aider" / "bin" / "aider"
-INSTALL = "bash .ci/install-agent-clis"
 REPO = "octo/greeter"
-BRANCH_OF = "baton/issue-{number}-greet"
-IDENTITY = Identity("Baton", "baton@example.invalid")
 GPT = "openai/gpt-4o"
 CLAUDE = "anthropic/claude-sonnet-4-5"
 KEYS = {"OPENAI_API_KEY": "sk-proj-scripted", "ANTHROPIC_API_KEY": "sk-ant-api03-scripted"}
@@ -97,57 +76,44 @@ PROJECT = {
         "print('greeting ok')\n"
     ),
 }
-# Naming its files puts them in aider's chat: it asks the model again when a reply names
-# a file the chat does not hold.
-BRIEF = "Fix issue #{number}: greeting.txt should say hello; check_greeting.py checks it.\n"
+GREETER = Issue(
+    repo=REPO,
+    files=PROJECT,
+    subject="Greeter",
+    check=CHECK,
+    title="Greet with hello",
+    body="greeting.txt says hi; it should say hello. check_greeting.py checks it.",
+    branch="baton/issue-{number}-greet",
+    # Naming its files puts them in aider's chat: it asks the model again when a reply
+    # names a file the chat does not hold.
+    brief="Fix issue #{number}: greeting.txt should say hello; check_greeting.py checks it.\n",
+)
 FIX = edit("greeting.txt", "hi\n", "hello\n")
 
 
 @pytest.fixture(scope="module")
 def aider() -> Path:
     """Return the pinned aider; skip (outside CI) or fail (in CI) without it or a sandbox."""
-    problem = None if AIDER.exists() else f"aider is not installed: run `{INSTALL}`"
-    problem = problem or sandbox_problem()
-    if problem is None:
-        return AIDER
-    if os.environ.get("CI"):
-        pytest.fail(problem)
-    pytest.skip(problem)
+    return installed(AIDER, "aider", with_sandbox=True)
+
+
+def reached_through_litellm(monkeypatch: pytest.MonkeyPatch, provider: ScriptedChat) -> None:
+    """Point aider at the provider through litellm's own variables, with a key for each API."""
+    monkeypatch.setenv("OPENAI_API_BASE", provider.openai_base)
+    monkeypatch.setenv("ANTHROPIC_API_BASE", provider.base_url)
+    credentials(monkeypatch, KEYS)
 
 
 @pytest.fixture
 async def provider(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[ScriptedChat]:
     """Serve the scripted provider; aider finds it through litellm's own variables."""
     async with serving() as scripted:
-        monkeypatch.setenv("OPENAI_API_BASE", scripted.openai_base)
-        monkeypatch.setenv("ANTHROPIC_API_BASE", scripted.base_url)
-        for name, value in KEYS.items():
-            monkeypatch.setenv(name, value)
+        reached_through_litellm(monkeypatch, scripted)
         yield scripted
 
 
-@dataclass
-class Outcome:
-    """One agent run as Baton saw it, and what the checkout and the provider show of it."""
-
-    result: AgentResult
-    classification: Classification | None  # None when the run is a success Baton pushes
-    start: str
-    head: str
-    new_commits: int
-    changed: list[str]
-    worktree: Path
-    request: AgentRequest
-    transcript: str
-
-
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True)
-    return done.stdout.strip()
-
-
-class Rig:
-    """Baton's side of one issue: its settings, mirror, checkout and agent home."""
+class Rig(IssueRig[ScriptedChat]):
+    """Baton's side of one issue of the greeter, whose agent is aider with the model given."""
 
     def __init__(
         self,
@@ -159,131 +125,25 @@ class Rig:
         number: int = 7,
         wall_clock_s: float = 120.0,
     ) -> None:
-        self.root = root
-        self.provider = provider
-        self.number = number
-        self.settings = Settings(
-            BATON_DATA_DIR=root / "data",
-            BATON_AGENT="aider",
-            BATON_AGENT_BINARY=str(aider),
-            BATON_AGENT_MODEL=model,
-            BATON_AGENT_ALLOWED_HOSTS=provider.host_port,
-            BATON_AGENT_PASSTHROUGH_ENV=",".join(PASSTHROUGH),
-            BATON_AGENT_WALL_CLOCK_MINUTES=wall_clock_s / 60,
-        )
-        self.jails = jails_for(self.settings)
-        self.workspace = Workspace(Git(IDENTITY), self.settings.data_dir, self.jails)
-        self.runs = 0
-
-    @property
-    def branch(self) -> str:
-        return BRANCH_OF.format(number=self.number)
-
-    @property
-    def home(self) -> Path:
-        return agent_home(self.settings.data_dir, REPO, self.number)
-
-    @property
-    def worktree(self) -> Path:
-        return self.workspace.worktree_path(REPO, self.number)
-
-    async def provision(self, files: dict[str, str] = PROJECT) -> str:
-        """Make the origin, Baton's mirror of it, and the issue's checkout; return the base."""
-        seed = self.root / "seed"
-        seed.mkdir()
-        git(seed, "init", "-q", "-b", "main")
-        for name, content in files.items():
-            (seed / name).write_text(content)
-        git(seed, "add", "-A")
-        maintainer = ("-c", "user.name=Maintainer", "-c", "user.email=m@example.invalid")
-        git(seed, *maintainer, "commit", "-qm", "Greeter")
-        origin = self.root / "origin.git"
-        subprocess.run(["git", "clone", "-q", "--bare", str(seed), str(origin)], check=True)
-        mirror = await self.workspace.refresh_mirror(REPO, str(origin), "unused-token")
-        base = await self.workspace.rev_parse(mirror, "refs/remotes/origin/main")
-        await self.workspace.provision(REPO, self.number, self.branch, base)
-        return base
-
-    async def run(self, start: str, *, resume: str | None = None, brief: str = "") -> Outcome:
-        """Run the agent once as `_run_agent` does, then collect its work as Baton does."""
-        self.runs += 1
-        run_dir = self.settings.data_dir / "runs" / f"issue-{self.number}-{self.runs}"
-        io_dir = run_dir / "io"
-        io_dir.mkdir(parents=True)
-        brief_path = run_dir / "brief.md"
-        brief_path.write_text(brief or BRIEF.format(number=self.number))
-        found = egress_policy_for(self.settings)
-        assert found is not None and self.provider.host_port in {str(h) for h in found.allowed}
-        # The provider is on loopback: the public APIs are left out, so that anything aider
-        # sends anywhere but its provider is refused by the proxy and named.
-        policy = EgressPolicy(mode=found.mode, allowed=found.allowed - {OPENAI, ANTHROPIC})
-        adapter = adapter_for(self.settings)
-        assert isinstance(adapter, AiderAdapter)
-        async with egress_for_run(policy, f"{REPO}#{self.number}") as (egress_dir, proxy):
-            jail = self.jails.make(
-                worktree=self.worktree,
-                home=self.home,
-                scratch=run_dir / "jail",
-                readable=(self.workspace.mirror_path(REPO) / "objects", brief_path),
-                writable=(io_dir,),
-                network=self.settings.agent_network,
-                egress_dir=egress_dir,
-                programs=programs_of(self.settings),
-            )
-            assert jail is not None
-            request = AgentRequest(
-                run_id=f"{REPO}#{self.number}/{self.runs}",
-                issue_number=self.number,
-                attempt=self.runs,
-                worktree=self.worktree,
-                brief_path=brief_path,
-                run_dir=run_dir,
-                deadline=utcnow() + timedelta(seconds=self.settings.agent_wall_clock_seconds),
-                home=self.home,
-                passthrough_env=tuple(self.settings.agent_passthrough_env),
-                resume_session_id=resume,
-                jail=jail,
-            )
-            result = await adapter.run(request)
-            assert proxy is not None
-            result = result.model_copy(update={"refused_hosts": list(proxy.refused)})
-        head = await self.workspace.collect(
-            REPO, self.number, start, leftovers=f"Work on #{self.number} (Baton)"
-        )
-        new_commits = await self.workspace.commits_since(REPO, start, head)
-        mirror = self.workspace.mirror_path(REPO)
-        changed = git(mirror, "diff", "--name-only", start, head).split()
-        classification = None
-        if result.status != "success" or not new_commits:
-            facts = RunFacts(
-                ending="agent",
-                stop_reason=result.stop_reason,
-                new_commits=new_commits,
-                resets_at=result.resets_at,
-                detail=result.result_text or "",
-            )
-            classification = classify(facts)
-        transcript = request.transcript_path.read_text()
-        return Outcome(
-            result,
-            classification,
-            start,
-            head,
-            new_commits,
-            changed,
-            self.worktree,
-            request,
-            transcript,
+        super().__init__(
+            root,
+            provider,
+            GREETER,
+            agent="aider",
+            cli=aider,
+            adapter=AiderAdapter,
+            public=provider_hosts("aider", model),
+            passthrough=PASSTHROUGH,
+            number=number,
+            wall_clock_minutes=wall_clock_s / 60,
+            env={"BATON_AGENT_MODEL": model},
         )
 
 
 def commits(outcome: Outcome, rig: Rig) -> list[str]:
     """Return `author <email> | subject` of each commit the run added, oldest first."""
-    mirror = rig.workspace.mirror_path(REPO)
-    log = git(
-        mirror, "log", "--reverse", "--format=%an <%ae> | %s", f"{outcome.start}..{outcome.head}"
-    )
-    return log.splitlines()
+    added = f"{outcome.start}..{outcome.head}"
+    return git(rig.mirror, "log", "--reverse", "--format=%an <%ae> | %s", added).splitlines()
 
 
 def kept_out(outcome: Outcome) -> None:
@@ -487,10 +347,7 @@ def batch(aider: Path, tmp_path_factory: pytest.TempPathFactory) -> Batch:
 
 async def _all_at_once(root: Path, aider: Path, patch: pytest.MonkeyPatch) -> Batch:
     async with serving() as provider:
-        patch.setenv("OPENAI_API_BASE", provider.openai_base)
-        patch.setenv("ANTHROPIC_API_BASE", provider.base_url)
-        for key, value in KEYS.items():
-            patch.setenv(key, value)
+        reached_through_litellm(patch, provider)
         rigs = {}
         for number, (name, scenario) in enumerate(SCENARIOS.items(), start=1):
             model = scenario.model.split("/", 1)[1]
@@ -671,16 +528,7 @@ def test_what_baton_writes_before_aider_runs_follows_no_link(tmp_path: Path) -> 
     (home / ".aider").mkdir(parents=True)
     elsewhere.mkdir()
     (home / ".aider" / "caches").symlink_to(elsewhere)  # the agent's doing, in its home
-    request = AgentRequest(
-        run_id="octo/greeter#7/1",
-        issue_number=7,
-        attempt=1,
-        worktree=worktree,
-        brief_path=tmp_path / "brief.md",
-        run_dir=tmp_path,
-        deadline=utcnow(),
-        home=home,
-    )
+    request = plain_request(worktree, home, tmp_path)
     aider_adapter.prepare(request)
     aider_adapter.prepare(request)
     assert list(elsewhere.iterdir()) == []
@@ -689,16 +537,7 @@ def test_what_baton_writes_before_aider_runs_follows_no_link(tmp_path: Path) -> 
 
 
 def test_aider_is_told_its_width_and_kept_off_the_network(tmp_path: Path) -> None:
-    request = AgentRequest(
-        run_id="octo/greeter#7/1",
-        issue_number=7,
-        attempt=1,
-        worktree=tmp_path,
-        brief_path=tmp_path / "brief.md",
-        run_dir=tmp_path,
-        deadline=utcnow(),
-        home=tmp_path / "home",
-    )
+    request = plain_request(tmp_path, tmp_path / "home", tmp_path)
     adapter = AiderAdapter()
     env, argv = adapter.environment(request), adapter.argv(request)
     assert int(env["COLUMNS"]) >= 10_000 and env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
@@ -717,22 +556,6 @@ async def test_a_labelled_issue_is_fixed_by_aider_and_goes_to_review(
 ) -> None:
     """The sandbox GitHub, Baton's web process and a worker, every one a real process; the
     worker runs aider in its jail, which edits the code and runs the check itself."""
-    redis.Redis.from_url(redis_server.url).flushall()
-    baton = LocalBaton(
-        workdir=tmp_path,
-        redis_url=redis_server.url,
-        agent_command="",
-        extra_env={
-            "BATON_AGENT": "aider",
-            "BATON_AGENT_BINARY": str(aider),
-            "BATON_AGENT_MODEL": GPT,
-            "BATON_AGENT_PASSTHROUGH_ENV": "OPENAI_API_BASE,OPENAI_API_KEY",
-            "BATON_AGENT_ALLOWED_HOSTS": provider.host_port,
-            "BATON_AGENT_WALL_CLOCK_MINUTES": "2",
-            "OPENAI_API_BASE": provider.openai_base,
-            "OPENAI_API_KEY": KEYS["OPENAI_API_KEY"],
-        },
-    )
     provider.commit_message = "Greet with hello"
     provider.script(
         say(
@@ -741,38 +564,20 @@ async def test_a_labelled_issue_is_fixed_by_aider_and_goes_to_review(
             shell(CHECK),
         )
     )
-    await asyncio.to_thread(baton.start, 1)
-    try:
-        async with aiohttp.ClientSession() as session:
-            maintainer = Maintainer(session, baton.sandbox_url, baton.admin_token)
-            files = {**PROJECT, ".sandbox/ci": f"#!/bin/sh\nset -e\n{CHECK}\n"}
-            repo = str((await maintainer.create_repo("greeter", files, tmp_path))["full_name"])
-            issue = await maintainer.open_issue(
-                repo,
-                "Greet with hello",
-                "greeting.txt says hi; it should say hello. check_greeting.py checks it.",
-            )
-            number = int(issue["number"])
-            await maintainer.add_label(repo, number, "baton:queue")
-
-            store = Store.from_url(redis_server.url)
-            ref = IssueRef(installation_id=1, repo=repo, number=number)
-
-            async def settled() -> Run | None:
-                run = store.latest_run(ref)
-                done = (RunState.PUSHED_GREEN, RunState.FAILED, RunState.NO_CHANGE)
-                return run if run is not None and run.state in done else None
-
-            run = await eventually(settled, "the run settling", 120)
-            assert run.state is RunState.PUSHED_GREEN, (run.reason, baton.logs())
-            labels = await eventually(
-                lambda: _labels_if(maintainer, repo, number, {"baton:review"}), "review label"
-            )
-            assert labels == {"baton:review"}
-            [pull] = await maintainer.pulls(repo)
-            comments = [c["body"] for c in await maintainer.comments(repo, number)]
-    finally:
-        await asyncio.to_thread(baton.stop)
+    run, pull, comments = await to_review(
+        tmp_path,
+        redis_server,
+        GREETER,
+        agent="aider",
+        cli=aider,
+        provider=provider,
+        env={
+            "BATON_AGENT_MODEL": GPT,
+            "BATON_AGENT_PASSTHROUGH_ENV": "OPENAI_API_BASE,OPENAI_API_KEY",
+            "OPENAI_API_BASE": provider.openai_base,
+            "OPENAI_API_KEY": KEYS["OPENAI_API_KEY"],
+        },
+    )
 
     agent = run.agent_result
     assert agent is not None
@@ -783,10 +588,3 @@ async def test_a_labelled_issue_is_fixed_by_aider_and_goes_to_review(
     assert "greeting ok" in (agent.result_text or "")
     assert any("pushed-green" in body for body in comments)
     assert provider.overrun == 0
-
-
-async def _labels_if(
-    maintainer: Maintainer, repo: str, number: int, wanted: set[str]
-) -> set[str] | None:
-    labels = await maintainer.labels(repo, number)
-    return labels if labels == wanted else None

@@ -11,48 +11,29 @@ it sent the provider, what it left in the checkout, what Baton's collect takes f
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
-import aiohttp
 import pytest
-import redis
 
 from bot import render
-from bot.agents import (
-    adapter_for,
-    agent_home,
-    egress_for_run,
-    egress_policy_for,
-    programs_of,
-)
-from bot.agents.base import AgentRequest
 from bot.agents.claude import ClaudeAdapter
-from bot.agents.egress import ANTHROPIC, EgressPolicy
-from bot.classify import RunFacts, classify
-from bot.devstack import LocalBaton
-from bot.git import Git, Identity, Workspace
-from bot.jail import jails_for
-from bot.model import (
-    AgentResult,
-    Classification,
-    FailureClass,
-    IssueRef,
-    Recovery,
-    Run,
-    RunState,
-    utcnow,
+from bot.agents.egress import ANTHROPIC
+from bot.model import FailureClass, IssueRef, Recovery, Run, utcnow
+from tests.cli_harness import (
+    CALC,
+    ROOT,
+    RUN_TESTS,
+    IssueRig,
+    Outcome,
+    credentials,
+    git,
+    installed,
+    to_review,
 )
-from bot.sandbox.maintainer import Maintainer, eventually
-from bot.settings import Settings
-from bot.store import Store
 from tests.conftest import RedisServer
 from tests.providers.anthropic import (
     Cut,
@@ -69,38 +50,18 @@ from tests.providers.anthropic import (
     window_closed,
 )
 
-ROOT = Path(__file__).parents[1]
 CLAUDE = ROOT / ".agents" / "npm" / "node_modules" / ".bin" / "claude"
-INSTALL = "bash .ci/install-agent-clis"
-REPO = "octo/calc"
-NUMBER = 7
-BRANCH = "baton/issue-7-add"
-IDENTITY = Identity("Baton", "baton@example.invalid")
+REPO, NUMBER, PROJECT = CALC.repo, 7, CALC.files
+BRANCH = CALC.branch_of(NUMBER)
 API_KEY = {"ANTHROPIC_API_KEY": "sk-ant-api03-scripted"}
 # A Claude subscription (`claude setup-token`): its usage windows come as rate-limit headers.
 SUBSCRIPTION = {"CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-scripted"}
-PROJECT = {
-    "calc.py": "def add(a, b):\n    return a - b\n",
-    "test_calc.py": (
-        "import unittest\n\nfrom calc import add\n\n\n"
-        "class AddTest(unittest.TestCase):\n"
-        "    def test_add(self):\n"
-        "        self.assertEqual(add(2, 3), 5)\n"
-    ),
-    ".gitignore": "__pycache__/\n",
-}
-RUN_TESTS = "python3 -B -m unittest -v test_calc 2>&1"
 
 
 @pytest.fixture(scope="module")
 def claude() -> Path:
     """Return the pinned Claude Code CLI; skip (outside CI) or fail (in CI) without it."""
-    if CLAUDE.exists():
-        return CLAUDE
-    reason = f"Claude Code is not installed: run `{INSTALL}`"
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
+    return installed(CLAUDE, "Claude Code")
 
 
 @pytest.fixture
@@ -109,129 +70,20 @@ async def provider() -> AsyncIterator[ScriptedAnthropic]:
         yield scripted
 
 
-@dataclass
-class Outcome:
-    """One agent run as Baton saw it, and what the checkout and the provider show of it."""
-
-    result: AgentResult
-    classification: Classification | None  # None when the run is a success Baton pushes
-    start: str
-    head: str
-    new_commits: int
-    changed: list[str]
-    worktree: Path
-    request: AgentRequest
-    argv: list[str]
-
-
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True)
-    return done.stdout.strip()
-
-
-class Rig:
-    """Baton's side of one issue: its settings, mirror, checkout and agent home."""
+class Rig(IssueRig[ScriptedAnthropic]):
+    """Baton's side of one issue of the calculator, whose agent is Claude Code."""
 
     def __init__(self, root: Path, claude: Path, provider: ScriptedAnthropic, **env: str) -> None:
-        self.root = root
-        self.provider = provider
-        self.settings = Settings(
-            BATON_DATA_DIR=root / "data",
-            BATON_AGENT="claude",
-            BATON_AGENT_BINARY=str(claude),
-            BATON_AGENT_ALLOWED_HOSTS=provider.host_port,
-            BATON_AGENT_PASSTHROUGH_ENV=",".join(["ANTHROPIC_BASE_URL", *API_KEY, *SUBSCRIPTION]),
-            BATON_AGENT_WALL_CLOCK_MINUTES=2,
-            **env,
-        )
-        self.jails = jails_for(self.settings)
-        self.workspace = Workspace(Git(IDENTITY), self.settings.data_dir, self.jails)
-        self.runs = 0
-
-    async def provision(self) -> str:
-        """Make the origin, Baton's mirror of it, and the issue's checkout; return the base."""
-        seed = self.root / "seed"
-        seed.mkdir()
-        git(seed, "init", "-q", "-b", "main")
-        for name, content in PROJECT.items():
-            (seed / name).write_text(content)
-        git(seed, "add", "-A")
-        maintainer = ("-c", "user.name=Maintainer", "-c", "user.email=m@example.invalid")
-        git(seed, *maintainer, "commit", "-qm", "Calculator")
-        origin = self.root / "origin.git"
-        subprocess.run(["git", "clone", "-q", "--bare", str(seed), str(origin)], check=True)
-        mirror = await self.workspace.refresh_mirror(REPO, str(origin), "unused-token")
-        base = await self.workspace.rev_parse(mirror, "refs/remotes/origin/main")
-        await self.workspace.provision(REPO, NUMBER, BRANCH, base)
-        return base
-
-    @property
-    def home(self) -> Path:
-        return agent_home(self.settings.data_dir, REPO, NUMBER)
-
-    async def run(self, start: str, *, resume: str | None = None, brief: str = "") -> Outcome:
-        """Run the agent once as `_run_agent` does, then collect its work as Baton does."""
-        self.runs += 1
-        worktree = self.workspace.worktree_path(REPO, NUMBER)
-        run_dir = self.settings.data_dir / "runs" / f"run-{self.runs}"
-        io_dir = run_dir / "io"
-        io_dir.mkdir(parents=True)
-        brief_path = run_dir / "brief.md"
-        brief_path.write_text(brief or f"Fix issue #{NUMBER}: add() subtracts. Run the tests.")
-        found = egress_policy_for(self.settings)
-        assert found is not None and ANTHROPIC in found.allowed
-        # The provider is on loopback: Anthropic's own host is left out, so that anything the
-        # CLI sends anywhere but its provider is refused by the proxy and named.
-        policy = EgressPolicy(mode=found.mode, allowed=found.allowed - {ANTHROPIC})
-        adapter = adapter_for(self.settings)
-        assert isinstance(adapter, ClaudeAdapter)
-        async with egress_for_run(policy, f"{REPO}#{NUMBER}") as (egress_dir, proxy):
-            jail = self.jails.make(
-                worktree=worktree,
-                home=self.home,
-                scratch=run_dir / "jail",
-                readable=(self.workspace.mirror_path(REPO) / "objects", brief_path),
-                writable=(io_dir,),
-                network=self.settings.agent_network,
-                egress_dir=egress_dir,
-                programs=programs_of(self.settings),
-            )
-            assert jail is not None
-            request = AgentRequest(
-                run_id=f"run-{self.runs}",
-                issue_number=NUMBER,
-                attempt=self.runs,
-                worktree=worktree,
-                brief_path=brief_path,
-                run_dir=run_dir,
-                deadline=utcnow() + timedelta(seconds=self.settings.agent_wall_clock_seconds),
-                home=self.home,
-                passthrough_env=tuple(self.settings.agent_passthrough_env),
-                resume_session_id=resume,
-                jail=jail,
-            )
-            result = await adapter.run(request)
-            assert proxy is not None
-            result = result.model_copy(update={"refused_hosts": list(proxy.refused)})
-        head = await self.workspace.collect(
-            REPO, NUMBER, start, leftovers=f"Work on #{NUMBER} (Baton)"
-        )
-        new_commits = await self.workspace.commits_since(REPO, start, head)
-        mirror = self.workspace.mirror_path(REPO)
-        changed = git(mirror, "diff", "--name-only", start, head).split()
-        classification = None
-        if result.status != "success" or not new_commits:
-            facts = RunFacts(
-                ending="agent",
-                stop_reason=result.stop_reason,
-                new_commits=new_commits,
-                resets_at=result.resets_at,
-                detail=result.result_text or "",
-            )
-            classification = classify(facts)
-        argv = adapter.argv(request)
-        return Outcome(
-            result, classification, start, head, new_commits, changed, worktree, request, argv
+        super().__init__(
+            root,
+            provider,
+            CALC,
+            agent="claude",
+            cli=claude,
+            adapter=ClaudeAdapter,
+            public={ANTHROPIC},
+            passthrough=["ANTHROPIC_BASE_URL", *API_KEY, *SUBSCRIPTION],
+            env=env,
         )
 
 
@@ -253,11 +105,6 @@ def rig_for(
 @pytest.fixture
 def rig(rig_for: RigFor) -> Rig:
     return rig_for()
-
-
-def credentials(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
 
 
 def edit_calc(worktree: Path) -> list[Step]:
@@ -572,56 +419,25 @@ async def test_a_labelled_issue_is_fixed_by_claude_code_and_goes_to_review(
 ) -> None:
     """The sandbox GitHub, Baton's web process and a worker, every one a real process; the
     worker runs Claude Code in its jail, which edits the code and runs the tests itself."""
-    redis.Redis.from_url(redis_server.url).flushall()
-    key = API_KEY["ANTHROPIC_API_KEY"]
-    baton = LocalBaton(
-        workdir=tmp_path,
-        redis_url=redis_server.url,
-        agent_command="",
-        extra_env={
-            "BATON_AGENT": "claude",
-            "BATON_AGENT_BINARY": str(claude),
-            "BATON_AGENT_PASSTHROUGH_ENV": "ANTHROPIC_BASE_URL,ANTHROPIC_API_KEY",
-            "BATON_AGENT_ALLOWED_HOSTS": provider.host_port,
-            "BATON_AGENT_WALL_CLOCK_MINUTES": "2",
-            "ANTHROPIC_BASE_URL": provider.base_url,
-            "ANTHROPIC_API_KEY": key,
-        },
-    )
     provider.script(
         bash(RUN_TESTS, "Run the tests"),
         bash(f"sed -i 's/return a - b/return a + b/' calc.py && {RUN_TESTS}", "Fix and test"),
         bash("git commit -qam 'Make add() add'", "Commit the fix"),
         text("add() subtracted; it adds now, and the tests pass."),
     )
-    await asyncio.to_thread(baton.start, 1)
-    try:
-        async with aiohttp.ClientSession() as session:
-            maintainer = Maintainer(session, baton.sandbox_url, baton.admin_token)
-            files = {**PROJECT, ".sandbox/ci": f"#!/bin/sh\nset -e\n{RUN_TESTS}\n"}
-            repo = str((await maintainer.create_repo("calc", files, tmp_path))["full_name"])
-            issue = await maintainer.open_issue(repo, "add() subtracts", "2 + 3 is not -1.")
-            number = int(issue["number"])
-            await maintainer.add_label(repo, number, "baton:queue")
-
-            store = Store.from_url(redis_server.url)
-            ref = IssueRef(installation_id=1, repo=repo, number=number)
-
-            async def settled() -> Run | None:
-                run = store.latest_run(ref)
-                done = (RunState.PUSHED_GREEN, RunState.FAILED, RunState.NO_CHANGE)
-                return run if run is not None and run.state in done else None
-
-            run = await eventually(settled, "the run settling", 120)
-            assert run.state is RunState.PUSHED_GREEN, (run.reason, baton.logs())
-            labels = await eventually(
-                lambda: _labels_if(maintainer, repo, number, {"baton:review"}), "review label"
-            )
-            assert labels == {"baton:review"}
-            [pull] = await maintainer.pulls(repo)
-            comments = [c["body"] for c in await maintainer.comments(repo, number)]
-    finally:
-        await asyncio.to_thread(baton.stop)
+    run, pull, comments = await to_review(
+        tmp_path,
+        redis_server,
+        CALC,
+        agent="claude",
+        cli=claude,
+        provider=provider,
+        env={
+            "BATON_AGENT_PASSTHROUGH_ENV": "ANTHROPIC_BASE_URL,ANTHROPIC_API_KEY",
+            "ANTHROPIC_BASE_URL": provider.base_url,
+            **API_KEY,
+        },
+    )
 
     agent = run.agent_result
     assert agent is not None
@@ -634,10 +450,3 @@ async def test_a_labelled_issue_is_fixed_by_claude_code_and_goes_to_review(
     assert pull["head"]["sha"] == run.head_sha
     assert "add() subtracted; it adds now, and the tests pass." in pull["body"]
     assert any("pushed-green" in body for body in comments)
-
-
-async def _labels_if(
-    maintainer: Maintainer, repo: str, number: int, wanted: set[str]
-) -> set[str] | None:
-    labels = await maintainer.labels(repo, number)
-    return labels if labels == wanted else None

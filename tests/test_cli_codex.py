@@ -13,51 +13,33 @@ left in the checkout, what Baton's collect takes from it.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-import os
-import subprocess
 import time
 import tomllib
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
-import aiohttp
 import pytest
-import redis
 
-from bot.agents import (
-    CodexAdapter,
-    adapter_for,
-    agent_home,
-    codex,
-    egress_for_run,
-    egress_policy_for,
-    programs_of,
-)
-from bot.agents.base import AgentRequest
-from bot.agents.egress import CHATGPT, OPENAI, EgressPolicy, parse_host_port
-from bot.classify import RunFacts, classify
-from bot.devstack import LocalBaton
-from bot.git import Git, Identity, Workspace
-from bot.jail import jails_for
-from bot.model import (
-    AgentResult,
-    Classification,
-    FailureClass,
-    IssueRef,
-    Recovery,
-    Run,
-    RunState,
-    utcnow,
-)
+from bot.agents import CodexAdapter, codex, egress_policy_for
+from bot.agents.egress import CHATGPT, OPENAI, parse_host_port
+from bot.model import AgentResult, FailureClass, Recovery, utcnow
 from bot.render import refusals
-from bot.sandbox.maintainer import Maintainer, eventually
 from bot.settings import Settings
-from bot.store import Store
+from tests.cli_harness import (
+    CALC,
+    ROOT,
+    RUN_TESTS,
+    IssueRig,
+    Outcome,
+    credentials,
+    git,
+    installed,
+    plain_request,
+    to_review,
+)
 from tests.conftest import RedisServer
 from tests.providers.openai_responses import (
     Cut,
@@ -75,25 +57,9 @@ from tests.providers.openai_responses import (
     window_closed,
 )
 
-ROOT = Path(__file__).parents[1]
 CODEX = ROOT / ".agents" / "npm" / "node_modules" / ".bin" / "codex"
-INSTALL = "bash .ci/install-agent-clis"
-REPO = "octo/calc"
-NUMBER = 7
-BRANCH = "baton/issue-7-add"
-IDENTITY = Identity("Baton", "baton@example.invalid")
+REPO, PROJECT = CALC.repo, CALC.files
 API_KEY = {"CODEX_API_KEY": "sk-proj-scripted"}
-PROJECT = {
-    "calc.py": "def add(a, b):\n    return a - b\n",
-    "test_calc.py": (
-        "import unittest\n\nfrom calc import add\n\n\n"
-        "class AddTest(unittest.TestCase):\n"
-        "    def test_add(self):\n"
-        "        self.assertEqual(add(2, 3), 5)\n"
-    ),
-    ".gitignore": "__pycache__/\n",
-}
-RUN_TESTS = "python3 -B -m unittest -v test_calc 2>&1"
 FIX_CALC = (
     "*** Begin Patch\n*** Update File: calc.py\n@@\n def add(a, b):\n"
     "-    return a - b\n+    return a + b\n*** End Patch\n"
@@ -103,12 +69,7 @@ FIX_CALC = (
 @pytest.fixture(scope="module")
 def codex_cli() -> Path:
     """Return the pinned Codex CLI; skip (outside CI) or fail (in CI) without it."""
-    if CODEX.exists():
-        return CODEX
-    reason = f"Codex is not installed: run `{INSTALL}`"
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
+    return installed(CODEX, "Codex")
 
 
 @pytest.fixture
@@ -117,148 +78,41 @@ async def provider() -> AsyncIterator[ScriptedResponses]:
         yield scripted
 
 
-@dataclass
-class Outcome:
-    """One agent run as Baton saw it, and what the checkout and the provider show of it."""
-
-    result: AgentResult
-    classification: Classification | None  # None when the run is a success Baton pushes
-    start: str
-    head: str
-    new_commits: int
-    changed: list[str]
-    worktree: Path
-    request: AgentRequest
-    argv: list[str]
-
-
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True)
-    return done.stdout.strip()
-
-
-class Rig:
-    """Baton's side of one issue: its settings, mirror, checkout and agent home."""
+class Rig(IssueRig[ScriptedResponses]):
+    """Baton's side of one issue of the calculator, whose agent is codex."""
 
     def __init__(self, root: Path, cli: Path, provider: ScriptedResponses, **env: str) -> None:
-        self.root = root
-        self.provider = provider
-        self.settings = Settings(
-            BATON_DATA_DIR=root / "data",
-            BATON_AGENT="codex",
-            BATON_AGENT_BINARY=str(cli),
-            BATON_CODEX_BASE_URL=provider.base_url,
-            BATON_AGENT_ALLOWED_HOSTS=provider.host_port,
-            BATON_AGENT_PASSTHROUGH_ENV=",".join(API_KEY),
-            BATON_AGENT_WALL_CLOCK_MINUTES=2,
-            **env,
+        super().__init__(
+            root,
+            provider,
+            CALC,
+            agent="codex",
+            cli=cli,
+            adapter=CodexAdapter,
+            public={OPENAI, CHATGPT},
+            passthrough=API_KEY,
+            env={"BATON_CODEX_BASE_URL": provider.base_url, **env},
         )
-        self.jails = jails_for(self.settings)
-        self.workspace = Workspace(Git(IDENTITY), self.settings.data_dir, self.jails)
-        self.runs = 0
 
-    async def provision(self, files: dict[str, str] = PROJECT) -> str:
-        """Make the origin, Baton's mirror of it, and the issue's checkout; return the base."""
-        seed = self.root / "seed"
-        seed.mkdir()
-        git(seed, "init", "-q", "-b", "main")
-        for name, content in files.items():
-            (seed / name).parent.mkdir(parents=True, exist_ok=True)
-            (seed / name).write_text(content)
-        git(seed, "add", "-A")
-        git(seed, "-c", "user.name=Maintainer", "-c", "user.email=m@example.invalid", "commit",
-            "-qm", "Calculator")  # fmt: skip
-        origin = self.root / "origin.git"
-        subprocess.run(["git", "clone", "-q", "--bare", str(seed), str(origin)], check=True)
-        mirror = await self.workspace.refresh_mirror(REPO, str(origin), "unused-token")
-        base = await self.workspace.rev_parse(mirror, "refs/remotes/origin/main")
-        await self.workspace.provision(REPO, NUMBER, BRANCH, base)
-        return base
 
-    @property
-    def home(self) -> Path:
-        return agent_home(self.settings.data_dir, REPO, NUMBER)
-
-    @property
-    def worktree(self) -> Path:
-        return self.workspace.worktree_path(REPO, NUMBER)
-
-    async def run(self, start: str, *, resume: str | None = None, brief: str = "") -> Outcome:
-        """Run the agent once as `_run_agent` does, then collect its work as Baton does."""
-        self.runs += 1
-        run_dir = self.settings.data_dir / "runs" / f"run-{self.runs}"
-        io_dir = run_dir / "io"
-        io_dir.mkdir(parents=True)
-        brief_path = run_dir / "brief.md"
-        brief_path.write_text(brief or f"Fix issue #{NUMBER}: add() subtracts. Run the tests.")
-        found = egress_policy_for(self.settings)
-        assert found is not None and {OPENAI, CHATGPT} <= found.allowed
-        assert parse_host_port(self.provider.host_port) in found.allowed
-        # The provider is on loopback: OpenAI's own hosts are left out, so that anything the
-        # CLI sends anywhere but its provider is refused by the proxy and named.
-        policy = EgressPolicy(mode=found.mode, allowed=found.allowed - {OPENAI, CHATGPT})
-        adapter = adapter_for(self.settings)
-        assert isinstance(adapter, CodexAdapter)
-        async with egress_for_run(policy, f"{REPO}#{NUMBER}") as (egress_dir, proxy):
-            jail = self.jails.make(
-                worktree=self.worktree,
-                home=self.home,
-                scratch=run_dir / "jail",
-                readable=(self.workspace.mirror_path(REPO) / "objects", brief_path),
-                writable=(io_dir,),
-                network=self.settings.agent_network,
-                egress_dir=egress_dir,
-                programs=programs_of(self.settings),
-            )
-            assert jail is not None
-            request = AgentRequest(
-                run_id=f"run-{self.runs}",
-                issue_number=NUMBER,
-                attempt=self.runs,
-                worktree=self.worktree,
-                brief_path=brief_path,
-                run_dir=run_dir,
-                deadline=utcnow() + timedelta(seconds=self.settings.agent_wall_clock_seconds),
-                home=self.home,
-                passthrough_env=tuple(self.settings.agent_passthrough_env),
-                resume_session_id=resume,
-                jail=jail,
-            )
-            result = await adapter.run(request)
-            assert proxy is not None
-            result = result.model_copy(update={"refused_hosts": list(proxy.refused)})
-        head = await self.workspace.collect(
-            REPO, NUMBER, start, leftovers=f"Work on #{NUMBER} (Baton)"
-        )
-        new_commits = await self.workspace.commits_since(REPO, start, head)
-        mirror = self.workspace.mirror_path(REPO)
-        changed = git(mirror, "diff", "--name-only", start, head).split()
-        classification = None
-        if result.status != "success" or not new_commits:
-            facts = RunFacts(
-                ending="agent",
-                stop_reason=result.stop_reason,
-                new_commits=new_commits,
-                resets_at=result.resets_at,
-                detail=result.result_text or "",
-            )
-            classification = classify(facts)
-        return Outcome(
-            result, classification, start, head, new_commits, changed, self.worktree, request,
-            adapter.argv(request),
-        )  # fmt: skip
+RigFor = Callable[..., Rig]
 
 
 @pytest.fixture
-def rig(
+def rig_for(
     tmp_path: Path, codex_cli: Path, provider: ScriptedResponses, monkeypatch: pytest.MonkeyPatch
-) -> Rig:
-    """Return Baton's side of one issue, its provider reached through BATON_CODEX_BASE_URL."""
+) -> RigFor:
+    """Return a maker of Baton's side of one issue, with more settings if given; its
+    provider is reached through BATON_CODEX_BASE_URL."""
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME"):
         monkeypatch.delenv(name, raising=False)
-    for name, value in API_KEY.items():
-        monkeypatch.setenv(name, value)
-    return Rig(tmp_path, codex_cli, provider)
+    credentials(monkeypatch, API_KEY)
+    return lambda **env: Rig(tmp_path, codex_cli, provider, **env)
+
+
+@pytest.fixture
+def rig(rig_for: RigFor) -> Rig:
+    return rig_for()
 
 
 def chatgpt_login(codex_home: Path) -> str:
@@ -371,13 +225,11 @@ async def test_a_file_edited_with_the_clis_own_tools_is_a_success_baton_commits(
 
 
 async def test_the_agent_runs_the_tests_and_commits_in_the_jail(
-    tmp_path: Path, codex_cli: Path, provider: ScriptedResponses, monkeypatch: pytest.MonkeyPatch
+    rig_for: RigFor, provider: ScriptedResponses
 ) -> None:
     # A model without code mode: codex offers exec_command and apply_patch as tools of
     # their own, and the model calls them directly.
-    for name, value in API_KEY.items():
-        monkeypatch.setenv(name, value)
-    rig = Rig(tmp_path, codex_cli, provider, BATON_AGENT_MODEL="gpt-5.5")
+    rig = rig_for(BATON_AGENT_MODEL="gpt-5.5")
     start = await rig.provision()
     provider.script(
         exec_command(RUN_TESTS),
@@ -483,11 +335,9 @@ async def test_a_session_missing_on_this_worker_starts_fresh(rig: Rig) -> None:
 
 
 async def test_a_turn_cap_with_work_committed_continues_from_it(
-    tmp_path: Path, codex_cli: Path, provider: ScriptedResponses, monkeypatch: pytest.MonkeyPatch
+    rig_for: RigFor, provider: ScriptedResponses
 ) -> None:
-    for name, value in API_KEY.items():
-        monkeypatch.setenv(name, value)
-    rig = Rig(tmp_path, codex_cli, provider, BATON_AGENT_MAX_TURNS="2")
+    rig = rig_for(BATON_AGENT_MAX_TURNS="2")
     start = await rig.provision()
     provider.script(
         shell("echo 'add() subtracts' > NOTES.md && git add NOTES.md && git commit -qm Notes"),
@@ -631,8 +481,7 @@ async def test_a_server_error_once_is_retried_by_the_cli_and_the_run_succeeds(ri
 async def test_a_gateway_without_websockets_is_used_over_https(
     tmp_path: Path, codex_cli: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name, value in API_KEY.items():
-        monkeypatch.setenv(name, value)
+    credentials(monkeypatch, API_KEY)
     async with serving(websockets=False) as gateway:
         rig = Rig(tmp_path, codex_cli, gateway)
         start = await rig.provision()
@@ -660,57 +509,25 @@ async def test_a_labelled_issue_becomes_a_green_pull_request_codex_made(
 ) -> None:
     """The sandbox GitHub, Baton's web process and a worker, every one a real process; the
     worker runs codex in its jail, which edits the code and runs the tests itself."""
-    redis.Redis.from_url(redis_server.url).flushall()
-    baton = LocalBaton(
-        workdir=tmp_path,
-        redis_url=redis_server.url,
-        agent_command="",
-        extra_env={
-            "BATON_AGENT": "codex",
-            "BATON_AGENT_BINARY": str(codex_cli),
-            "BATON_CODEX_BASE_URL": provider.base_url,
-            "BATON_AGENT_PASSTHROUGH_ENV": ",".join(API_KEY),
-            "BATON_AGENT_ALLOWED_HOSTS": provider.host_port,
-            "BATON_AGENT_WALL_CLOCK_MINUTES": "2",
-            **API_KEY,
-        },
-    )
     provider.script(
         shell(RUN_TESTS),
         shell(f"sed -i 's/return a - b/return a + b/' calc.py && {RUN_TESTS}"),
         shell("git commit -qam 'Make add() add'"),
         say("add() subtracted; it adds now, and the tests pass."),
     )
-    await asyncio.to_thread(baton.start, 1)
-    try:
-        async with aiohttp.ClientSession() as session:
-            maintainer = Maintainer(session, baton.sandbox_url, baton.admin_token)
-            files = {**PROJECT, ".sandbox/ci": f"#!/bin/sh\nset -e\n{RUN_TESTS}\n"}
-            repo = str((await maintainer.create_repo("calc", files, tmp_path))["full_name"])
-            issue = await maintainer.open_issue(repo, "add() subtracts", "2 + 3 is not -1.")
-            number = int(issue["number"])
-            await maintainer.add_label(repo, number, "baton:queue")
-
-            store = Store.from_url(redis_server.url)
-            ref = IssueRef(installation_id=1, repo=repo, number=number)
-
-            async def settled() -> Run | None:
-                run = store.latest_run(ref)
-                done = (RunState.PUSHED_GREEN, RunState.FAILED, RunState.NO_CHANGE)
-                return run if run is not None and run.state in done else None
-
-            run = await eventually(settled, "the run settling", 120)
-            assert run.state is RunState.PUSHED_GREEN, (run.reason, baton.logs())
-
-            async def in_review() -> set[str] | None:
-                labels = await maintainer.labels(repo, number)
-                return labels if labels == {"baton:review"} else None
-
-            assert await eventually(in_review, "the review label") == {"baton:review"}
-            [pull] = await maintainer.pulls(repo)
-            comments = [c["body"] for c in await maintainer.comments(repo, number)]
-    finally:
-        await asyncio.to_thread(baton.stop)
+    run, pull, comments = await to_review(
+        tmp_path,
+        redis_server,
+        CALC,
+        agent="codex",
+        cli=codex_cli,
+        provider=provider,
+        env={
+            "BATON_CODEX_BASE_URL": provider.base_url,
+            "BATON_AGENT_PASSTHROUGH_ENV": ",".join(API_KEY),
+            **API_KEY,
+        },
+    )
 
     agent = run.agent_result
     assert agent is not None
@@ -782,16 +599,7 @@ def test_baton_writes_codex_settings_through_no_link_the_agent_left(tmp_path: Pa
     home.mkdir()
     elsewhere.mkdir()
     (elsewhere / "config.toml").write_text("kept = true\n")
-    request = AgentRequest(
-        run_id="r",
-        issue_number=1,
-        attempt=1,
-        worktree=tmp_path,
-        brief_path=tmp_path / "brief.md",
-        run_dir=tmp_path / "run",
-        deadline=utcnow(),
-        home=home,
-    )
+    request = plain_request(tmp_path, home, tmp_path / "run")
     adapter = CodexAdapter(base_url="http://10.0.0.5:8080/v1")
     (home / "codex").symlink_to(elsewhere)
     adapter.configure(request)

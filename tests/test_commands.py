@@ -281,3 +281,10 @@ def test_a_review_submitted_before_its_attempt_started_changes_nothing(
     assert (changed is not None) is acts
     if changed is not None:
         assert (changed.state, changed.review_id) == (RunState.FAILED, 77)
+
+
+def test_a_command_inside_an_html_comment_is_not_one() -> None:
+    # GitHub shows nothing of an HTML comment: a command nobody can see is not acted on.
+    assert parse_command("<!--\n/baton stop\n-->") is None
+    assert parse_command("<!-- /baton stop -->\n/baton status") == Command(name="status")
+    assert parse_command("<!-- never closed\n/baton stop") is None

@@ -135,6 +135,16 @@ async def test_every_escape_fails_and_the_run_still_ends_green(
         pulls = await maintainer.pulls(repo)
 
     assert [pull["number"] for pull in pulls] == [run.pr_number]
+    # Baton's commit of what the agent left is the App's, by its bot's noreply address.
+    author = subprocess.run(
+        ["git", "-C", str(bare_repo(stack, repo)), "log", "-1", "--format=%an <%ae>", run.branch],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    login, _, email = author.partition(" <")
+    assert login == "baton[bot]" and email.split("+")[0].isdigit()
+    assert email.endswith("+baton[bot]@users.noreply.127.0.0.1>")
     escapes = json.loads(show(bare_repo(stack, repo), run.branch, "escapes.json"))
     environment = json.loads(escapes.pop("environment")["detail"])
     got_through = {name: e["detail"] for name, e in escapes.items() if e["escaped"]}

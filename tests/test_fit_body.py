@@ -130,7 +130,7 @@ def test_the_list_of_changed_files_is_bounded_and_quotes_any_name() -> None:
     assert body.rstrip().endswith("more (see the pull request's files)")
 
     tricky = render.pr_body(finished(), "ok", ["a`b` @octo-lead\n# Heading", "`"])
-    assert "- ``a`b` @octo-lead # Heading``" in tricky
+    assert "- ``a`b` @\u200docto-lead # Heading``" in tricky  # quoted, and pings nobody
     assert "- `` ` ``" in tricky
     assert "\n# Heading" not in tricky
 

@@ -205,3 +205,14 @@ async def test_the_agents_commit_messages_close_nothing_and_mention_nobody(
     # The same commits always come out the same, so a checkpoint and the final push agree.
     assert await commit_leftovers(workspace, 1, base, "leftovers") == head
     assert sh(mirror, "rev-parse", f"{head}^{{tree}}") == sh(tree, "rev-parse", "HEAD^{tree}")
+
+
+def test_commits_are_by_the_apps_bot_unless_the_deployment_names_someone() -> None:
+    assert Identity.of(None, None, "baton[bot]", 41898282, "https://api.github.com") == Identity(
+        "baton[bot]", "41898282+baton[bot]@users.noreply.github.com"
+    )
+    on_enterprise = Identity.of(None, None, "baton[bot]", 7, "https://ghe.example.com/api/v3")
+    assert on_enterprise.email == "7+baton[bot]@users.noreply.ghe.example.com"
+    assert Identity.of("Ops", "ops@example.com", "baton[bot]", 7, "https://api.github.com") == (
+        Identity("Ops", "ops@example.com")
+    )

@@ -7,6 +7,7 @@ import copy
 import hashlib
 import hmac
 import json
+import zlib
 import logging
 import uuid
 from typing import Any
@@ -134,6 +135,17 @@ async def test_oversized_payload_is_413(client: TestClient, dispatch: Dispatcher
     body = b"{" + b" " * MAX_PAYLOAD_BYTES + b"}"
     response = await client.post("/webhook", data=body, headers=headers_for("issues", body))
     assert response.status == 413
+    assert queued(dispatch, AGENTS) == []
+
+
+async def test_a_compressed_delivery_is_refused_unread(
+    client: TestClient, dispatch: Dispatcher
+) -> None:
+    # GitHub never compresses; a deflated body would weigh far more once read than it says.
+    body = zlib.compress(b"{" + b" " * 10_000_000 + b"}")
+    headers = {**headers_for("issues", body), "Content-Encoding": "deflate"}
+    response = await client.post("/webhook", data=body, headers=headers)
+    assert response.status == 415
     assert queued(dispatch, AGENTS) == []
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.providers.scripted import (
+    Cut,
     Json,
     ScriptedProvider,
     cut,
@@ -65,13 +66,6 @@ class Failure:
     message: str
     headers: Mapping[str, str] = field(default_factory=dict)
     details: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class Cut:
-    """A reply whose stream starts, says a little, and then the connection drops."""
-
-    text: str = "Let me look at"
 
 
 Step = Reply | Failure | Cut
@@ -187,14 +181,13 @@ class ScriptedAnthropic(ScriptedProvider[Step, Seen]):
         """Return the URL to hand the CLI as ANTHROPIC_BASE_URL."""
         return self.root_url
 
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_post("/v1/messages", self._messages)
-        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
-        app.router.add_route("*", "/{tail:.*}", self._anything)
-        return app
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.post("/v1/messages", self._messages),
+            web.post("/v1/messages/count_tokens", self._count_tokens),
+        ]
 
-    async def _anything(self, request: web.Request) -> web.StreamResponse:
+    async def elsewhere(self, request: web.Request) -> web.StreamResponse:
         return web.json_response({})  # the CLI's connection warm-up (HEAD /)
 
     async def _count_tokens(self, request: web.Request) -> web.StreamResponse:
@@ -219,11 +212,11 @@ class ScriptedAnthropic(ScriptedProvider[Step, Seen]):
         if isinstance(step, Cut):
             await cut(request)
             return web.Response(status=500)  # never sent: the connection is gone
-        message = _message(f"msg_{self.serial()}", str(body.get("model", "claude")))
-        message["content"] = [_content(block, self.serial()) for block in step.blocks]
-        message["stop_reason"] = step.stop_reason
-        message["usage"] = {"input_tokens": 120, "output_tokens": 20}
-        return web.json_response(message, headers=dict(step.headers))
+        whole = message(f"msg_{self.serial()}", str(body.get("model", "claude")))
+        whole["content"] = [_content(block, self.serial()) for block in step.blocks]
+        whole["stop_reason"] = step.stop_reason
+        whole["usage"] = {"input_tokens": 120, "output_tokens": 20}
+        return web.json_response(whole, headers=dict(step.headers))
 
     async def _stream(
         self, request: web.Request, body: Json, step: Reply | Cut
@@ -234,7 +227,7 @@ class ScriptedAnthropic(ScriptedProvider[Step, Seen]):
         response = await event_stream(request, headers)
         model = str(body.get("model", "claude-sonnet-4-5"))
         message_id = f"msg_{self.serial()}"
-        await _event(response, "message_start", {"message": _message(message_id, model)})
+        await _event(response, "message_start", {"message": message(message_id, model)})
         if isinstance(step, Cut):
             await _event(
                 response,
@@ -263,7 +256,8 @@ class ScriptedAnthropic(ScriptedProvider[Step, Seen]):
         return response
 
 
-def _message(message_id: str, model: str) -> Json:
+def message(message_id: str, model: str, input_tokens: int = 120) -> Json:
+    """Return an assistant message as the Messages API starts it: no content, no stop yet."""
     return {
         "id": message_id,
         "type": "message",
@@ -272,7 +266,7 @@ def _message(message_id: str, model: str) -> Json:
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,
-        "usage": {"input_tokens": 120, "output_tokens": 1},
+        "usage": {"input_tokens": input_tokens, "output_tokens": 1},
     }
 
 

@@ -22,7 +22,9 @@ from typing import Literal
 
 from aiohttp import web
 
+from tests.providers import anthropic
 from tests.providers.scripted import (
+    Cut,
     Json,
     Script,
     ScriptedProvider,
@@ -60,13 +62,6 @@ class Failure:
     message: str
     code: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Cut:
-    """A reply that starts, sends part of its body, and then the connection drops."""
-
-    content: str = "I will edit"
 
 
 Step = Reply | Failure | Cut
@@ -137,12 +132,7 @@ def overloaded(status: int = 503) -> Failure:
 
 def credit_too_low() -> Failure:
     """Return Anthropic's answer to an API account whose prepaid credit is spent."""
-    return Failure(
-        400,
-        "invalid_request_error",
-        "Your credit balance is too low to access the Anthropic API. "
-        "Please go to Plans & Billing to upgrade or purchase credits.",
-    )
+    return _as_anthropic_answers(anthropic.credit_too_low())
 
 
 def window_closed(claim: str, resets_at: int) -> Failure:
@@ -150,16 +140,12 @@ def window_closed(claim: str, resets_at: int) -> Failure:
 
     claim is the window (`five_hour`, `seven_day`), resets_at when it reopens (Unix s).
     """
-    return Failure(
-        429,
-        "rate_limit_error",
-        "Number of request tokens has exceeded your rate limit.",
-        headers={
-            "anthropic-ratelimit-unified-status": "rejected",
-            "anthropic-ratelimit-unified-representative-claim": claim,
-            "anthropic-ratelimit-unified-reset": str(resets_at),
-        },
-    )
+    return _as_anthropic_answers(anthropic.window_closed(claim, resets_at))
+
+
+def _as_anthropic_answers(failure: anthropic.Failure) -> Failure:
+    """Return one of Anthropic's errors (tests/providers/anthropic.py) as a step here."""
+    return Failure(failure.status, failure.error_type, failure.message, headers=failure.headers)
 
 
 @dataclass
@@ -221,14 +207,13 @@ class ScriptedChat(ScriptedProvider[Step, Seen]):
         """Return the requests of aider's chat (not its commit messages), in order."""
         return self.loop_requests
 
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._openai)
-        app.router.add_post("/v1/messages", self._anthropic)
-        app.router.add_route("*", "/{tail:.*}", self._anything)
-        return app
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.post("/v1/chat/completions", self._openai),
+            web.post("/v1/messages", self._anthropic),
+        ]
 
-    async def _anything(self, request: web.Request) -> web.StreamResponse:
+    async def elsewhere(self, request: web.Request) -> web.StreamResponse:
         return web.json_response({"error": {"message": f"no route {request.path}"}}, status=404)
 
     async def _openai(self, request: web.Request) -> web.StreamResponse:
@@ -259,7 +244,7 @@ class ScriptedChat(ScriptedProvider[Step, Seen]):
     async def _whole(
         self, request: web.Request, api: Api, model: str, step: Reply | Cut
     ) -> web.StreamResponse:
-        payload = json.dumps(self._message(api, model, step.content)).encode()
+        payload = json.dumps(self._message(api, model, _said(step))).encode()
         headers = {"content-type": "application/json", **_reply_headers(step)}
         if isinstance(step, Reply):
             return web.Response(body=payload, headers=headers)
@@ -276,9 +261,9 @@ class ScriptedChat(ScriptedProvider[Step, Seen]):
         response = await event_stream(request, _reply_headers(step))
         ident = self.serial()
         events = (
-            _openai_events(ident, model, step.content)
+            _openai_events(ident, model, _said(step))
             if api == "openai"
-            else _anthropic_events(ident, model, step.content)
+            else _anthropic_events(ident, model, _said(step))
         )
         if isinstance(step, Cut):
             for event in events[:2]:
@@ -294,13 +279,9 @@ class ScriptedChat(ScriptedProvider[Step, Seen]):
         ident = self.serial()
         if api == "anthropic":
             return {
-                "id": f"msg_{ident}",
-                "type": "message",
-                "role": "assistant",
-                "model": model,
+                **anthropic.message(f"msg_{ident}", model, input_tokens=1250),
                 "content": [{"type": "text", "text": content}],
                 "stop_reason": "end_turn",
-                "stop_sequence": None,
                 "usage": {"input_tokens": 1250, "output_tokens": 60},
             }
         return {
@@ -328,6 +309,11 @@ def _system_text(body: Json) -> str:
         if message.get("role") == "system" and isinstance(message.get("content"), str):
             texts.append(message["content"])
     return "\n".join(texts)
+
+
+def _said(step: Reply | Cut) -> str:
+    """Return what the reply says, or what a cut reply says before its connection drops."""
+    return step.content if isinstance(step, Reply) else step.text
 
 
 def _reply_headers(step: Reply | Cut) -> dict[str, str]:
@@ -368,16 +354,7 @@ def _openai_events(ident: str, model: str, content: str) -> list[bytes]:
 
 def _anthropic_events(ident: str, model: str, content: str) -> list[bytes]:
     half = len(content) // 2
-    start: Json = {
-        "id": f"msg_{ident}",
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": [],
-        "stop_reason": None,
-        "stop_sequence": None,
-        "usage": {"input_tokens": 1250, "output_tokens": 1},
-    }
+    start = anthropic.message(f"msg_{ident}", model, input_tokens=1250)
 
     def delta(text: str) -> bytes:
         return sse(

@@ -26,6 +26,7 @@ from aiohttp import WSMsgType, web
 
 from tests.providers.scripted import (
     MID_REPLY_S,
+    Cut,
     Json,
     ScriptedProvider,
     cut,
@@ -82,13 +83,6 @@ class Failure:
     status: int
     error: Mapping[str, Any]
     headers: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Cut:
-    """A reply whose stream starts, says a little, and then the connection drops."""
-
-    text: str = "Let me look at"
 
 
 Step = Reply | Failure | Cut
@@ -284,14 +278,13 @@ class ScriptedResponses(ScriptedProvider[Step, Seen]):
         """Return the URL codex takes as `openai_base_url`."""
         return f"{self.root_url}/v1"
 
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get("/v1/responses", self._websocket)
-        app.router.add_post("/v1/responses", self._https)
-        app.router.add_route("*", "/{tail:.*}", self._anything)
-        return app
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/v1/responses", self._websocket),
+            web.post("/v1/responses", self._https),
+        ]
 
-    async def _anything(self, request: web.Request) -> web.StreamResponse:
+    async def elsewhere(self, request: web.Request) -> web.StreamResponse:
         self.other_paths.append(f"{request.method} {request.path_qs}")
         return web.json_response({"error": {"message": "not here"}}, status=404)
 

@@ -13,6 +13,7 @@ import itertools
 import json
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from aiohttp import web
@@ -23,6 +24,13 @@ LOOPBACK = "127.0.0.1"
 # How long a reply that is cut off lingers before its connection drops: long enough for
 # what was written of it to reach the CLI.
 MID_REPLY_S = 0.05
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A reply whose stream starts, says a little, and then the connection drops."""
+
+    text: str = "Let me look at"
 
 
 class Recorded(Protocol):
@@ -55,7 +63,7 @@ class ScriptedProvider(Generic[StepT, SeenT]):
 
     When the script runs out, `then` answers every further request, when given; else
     each extra request is answered with `no_step_left()` (a 500) and counted in `overrun`.
-    A subclass serves its API's routes (`app`) and records each request in `seen`.
+    A subclass serves its API's `routes` and records each request in `seen`.
     """
 
     def __init__(self) -> None:
@@ -82,9 +90,19 @@ class ScriptedProvider(Generic[StepT, SeenT]):
         """Return the 500 that answers a request the script has no step for."""
         raise NotImplementedError
 
+    def routes(self) -> list[web.RouteDef]:
+        """Return the routes of the provider's API."""
+        raise NotImplementedError
+
+    async def elsewhere(self, request: web.Request) -> web.StreamResponse:
+        """Answer a request for a path the API has no route for."""
+        raise NotImplementedError
+
     def app(self) -> web.Application:
         """Return the aiohttp application that serves the provider's API."""
-        raise NotImplementedError
+        app = web.Application()
+        app.add_routes([*self.routes(), web.route("*", "/{tail:.*}", self.elsewhere)])
+        return app
 
     @property
     def host_port(self) -> str:

@@ -162,6 +162,15 @@ async def get_repo_installation(request: web.Request) -> web.Response:
     return json_response(hub.render.installation(inst))
 
 
+@routes.get("/users/{username}")
+@requires_no_permission("anyone")
+async def get_user(request: web.Request) -> web.Response:
+    """Describe an account, as GET /users/{username} does (an App's bot is `slug[bot]`)."""
+    hub = hub_of(request)
+    login = request.match_info["username"]
+    return json_response(hub.render.user(hub.user(login).login))
+
+
 @routes.get("/rate_limit")
 @requires_no_permission("anyone")
 async def rate_limit(request: web.Request) -> web.Response:
