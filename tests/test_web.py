@@ -7,9 +7,9 @@ import copy
 import hashlib
 import hmac
 import json
-import zlib
 import logging
 import uuid
+import zlib
 from typing import Any
 
 import pytest
