@@ -373,12 +373,13 @@ async def _refuse_links_named_by_strangers(
         read = facts.get(number)
         if number == chain.head or read is None or not dependencies(read.body, chain.repo):
             continue
-        author = read.author or "someone unknown"
-        standing = await standing_of(gh, store, settings, chain.repo, author)
-        if not standing.allowed:
+        author = read.author
+        standing = author and await standing_of(gh, store, settings, chain.repo, author)
+        if not standing or not standing.allowed:
             raise ChainRefused(
                 f"#{number} names issues of its own to depend on, but it was opened by "
-                f"@{author}, who may not steer Baton here, so Baton does not follow them. "
+                f"{f'@{author}' if author else 'someone unknown'}, who may not steer Baton "
+                "here, so Baton does not follow them. "
                 "List the chain's issues in a tracking issue instead."
             )
 

@@ -57,6 +57,11 @@ def trusted(login: str, trusted_bots: Collection[str]) -> bool:
     return login.casefold() in {name.casefold() for name in trusted_bots}
 
 
+def ignored_bot(login: str, kind: str | None, trusted_bots: Collection[str]) -> bool:
+    """Return whether an account is a bot the deployment does not trust: it steers nothing."""
+    return is_bot(login, kind) and not trusted(login, trusted_bots)
+
+
 class Standing(BaseModel):
     """Whether one account may steer Baton on one repository, and why."""
 

@@ -13,7 +13,7 @@ import shutil
 import signal
 import tempfile
 import unicodedata
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +123,12 @@ class Git:
         No system or global configuration is read: a filter, LFS or URL rewrite set up
         for the worker's own user never applies to trees the agent wrote.
         """
+        return (await self.run_bytes(cwd, *args, token=token, stdin=stdin)).decode(errors="replace")
+
+    async def run_bytes(
+        self, cwd: Path, *args: str, token: str | None = None, stdin: BinaryIO | None = None
+    ) -> bytes:
+        """Run `git -C cwd args` as run does, returning stdout as git wrote it."""
         argv = ["-C", str(cwd), *self.identity.config(), *args]
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -163,7 +169,7 @@ class Git:
                 proc.returncode or 1,
                 redact(err.decode(errors="replace"), secrets),
             )
-        return out.decode(errors="replace")
+        return out
 
 
 def _mask(argv: list[str], secrets: list[str]) -> list[str]:
@@ -325,7 +331,8 @@ def inert_commit(raw: bytes, renamed: dict[str, str]) -> bytes:
             in_signature = True
             continue
         lines.append(line)
-    quiet = inert(message.decode(errors="replace")).encode()
+    # Bytes that are not UTF-8 pass through unchanged, so nothing but the joiners differs.
+    quiet = inert(message.decode(errors="surrogateescape")).encode(errors="surrogateescape")
     if quiet == message and not changed:
         return raw
     return b"\n".join(lines) + b"\n\n" + quiet
@@ -524,7 +531,7 @@ class Workspace:
         renamed: dict[str, str] = {}
         with tempfile.TemporaryDirectory(prefix="baton-commit-") as scratch:
             for sha in listed.split():
-                raw = (await self.git.run(mirror, "cat-file", "commit", sha)).encode()
+                raw = await self.git.run_bytes(mirror, "cat-file", "commit", sha)
                 rewritten = inert_commit(raw, renamed)
                 if rewritten == raw:
                     continue
@@ -627,8 +634,22 @@ class Workspace:
 
 
 def _remove_tree(path: Path) -> None:
-    """Remove a checkout the agent wrote: its links are removed, never followed."""
+    """Remove a checkout the agent wrote: its links are removed, never followed.
+
+    The agent owns what it made, so a directory it closed to everyone (mode 000) is
+    opened again for its owner and the removal goes on.
+    """
     if path.is_symlink() or path.is_file():
         path.unlink()
     elif path.exists():
-        shutil.rmtree(path)
+        shutil.rmtree(path, onerror=_reopen_and_retry)
+
+
+def _reopen_and_retry(func: Callable[..., object], failed: str, _exc: object) -> None:
+    for directory in {os.path.dirname(failed), failed}:
+        if not os.path.islink(directory) and os.path.isdir(directory):
+            os.chmod(directory, 0o700)
+    if func is os.rmdir or func is os.unlink:
+        func(failed)
+    else:
+        shutil.rmtree(failed, onerror=_reopen_and_retry)

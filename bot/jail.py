@@ -88,15 +88,11 @@ BWRAP_PROBE_TIMEOUT_S = 10.0
 JAIL_TMP = ("/tmp", "/var/tmp")  # noqa: S108
 
 
-class SandboxUnavailable(Exception):
-    """The worker cannot build the agent's sandbox; the message says what to do."""
-
-
 @dataclass(frozen=True)
 class Mount:
     """One thing the jail shows: `ro` and `rw` bind a host path, `link` makes a symlink."""
 
-    kind: Literal["ro", "rw", "link"]
+    kind: Literal["ro", "link"]
     source: str
     dest: str
 
@@ -195,7 +191,7 @@ def bwrap_argv(jail: Jail, argv: Sequence[str]) -> list[str]:
 def _mount_args(mount: Mount) -> list[str]:
     if mount.kind == "link":
         return ["--symlink", mount.source, mount.dest]
-    return ["--ro-bind" if mount.kind == "ro" else "--bind", mount.source, mount.dest]
+    return ["--ro-bind", mount.source, mount.dest]
 
 
 def passwd_lines(home: Path) -> tuple[str, str]:
@@ -421,9 +417,7 @@ class Jails:
         if egress_dir is not None and network != "none":
             programs = (*programs, bridge_python())  # the bridge runs first, on Baton's Python
         toolchain, toolchain_masks = self._toolchain(tuple(programs))
-        extra = without_secrets(self.extra_paths, self.secrets, self.secrets)
-        for path in extra:
-            path.mkdir(parents=True, exist_ok=True)
+        extra, extra_masks = self._extra_paths()
         return Jail(
             worktree=worktree,
             home=home,
@@ -431,11 +425,19 @@ class Jails:
             passwd_dir=etc,
             system=system_mounts(),
             readable=(*toolchain, *readable),
-            masked=(*toolchain_masks, *masked_in(extra)),
+            masked=(*toolchain_masks, *extra_masks),
             writable=(*writable, *extra),
             network=network,
             egress_dir=egress_dir,
         )
+
+    @functools.cache  # noqa: B019 -- one per worker process: a jail is made per git command
+    def _extra_paths(self) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+        """Return the operator's extra paths, made and less secrets, and the credentials in them."""
+        extra = without_secrets(self.extra_paths, self.secrets, self.secrets)
+        for path in extra:
+            path.mkdir(parents=True, exist_ok=True)
+        return extra, tuple(masked_in(extra))
 
     @functools.lru_cache(maxsize=64)  # noqa: B019 -- one per worker process, a few programs
     def _toolchain(self, programs: tuple[str, ...]) -> tuple[tuple[Path, ...], tuple[Path, ...]]:

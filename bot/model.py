@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import enum
+import itertools
 import re
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
@@ -144,6 +146,16 @@ class StateChange(BaseModel):
 
 
 RESULT_TEXT_LIMIT = 200_000  # characters of an agent's report kept with its run
+DENIALS_KEPT = 100  # the first this many refused tool calls are kept with a run
+DENIAL_CHARS = 200  # of each one
+
+
+def bounded_denials(lines: Iterable[str]) -> tuple[str, ...]:
+    """Return the first refused tool calls an agent CLI reported, each cut to one short line."""
+    return tuple(
+        line if len(line) <= DENIAL_CHARS else line[: DENIAL_CHARS - 1] + "…"
+        for line in itertools.islice(lines, DENIALS_KEPT)
+    )
 
 
 class AgentResult(BaseModel):

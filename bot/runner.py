@@ -549,8 +549,7 @@ class _Attempt:
         comments = [
             ReviewComment(path=str(c["path"]), line=c.get("line"), body=str(c["body"]))
             async for c in gh.getiter("/repos/{+repo}/pulls/{number}/comments", url_vars)
-            if c.get("pull_request_review_id") == review_id
-            and await self._steers(gh, c["user"], "review comment")
+            if c.get("pull_request_review_id") == review_id  # the reviewer's, judged above
         ]
         return ReviewSummary(
             author=str(found["user"]["login"]),
@@ -584,7 +583,7 @@ class _Attempt:
         run_dir: Path,
         continuation: Continuation | None,
     ) -> AgentResult:
-        io_dir = run_dir / "io"
+        io_dir = run_dir / "io"  # the request's io_dir, made before the request exists
         io_dir.mkdir(parents=True, exist_ok=True)
         brief_path = run_dir / "brief.md"  # shown read-only: the agent cannot swap it
         brief_path.write_text(

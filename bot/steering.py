@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Literal
 
-from bot.commands import Command, Refused, budget_reply, is_bot, parse_command, trusted
+from bot.commands import Command, Refused, budget_reply, ignored_bot, parse_command
 from bot.dispatch import RunMode, run_issue_job
 from bot.github import GitHubClient, github_app
 from bot.labels import set_state_label
@@ -39,7 +39,7 @@ async def handle_command(
         command = parse_command(comment.get("body"))
         if command is None:
             return None
-        if is_bot(login, kind) and not trusted(login, settings.trusted_bots):
+        if ignored_bot(login, kind, settings.trusted_bots):
             log.info("%s#%d: ignored a command from the bot @%s", repo, number, login)
             return None
         if not store.first_command(repo, comment_id):

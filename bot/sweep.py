@@ -37,7 +37,6 @@ from bot.labels import recorded_labels, sync_labels
 from bot.model import IssueRef, Run, RunState, utcnow
 from bot.recovery import Services, conclude, halted_plan, resume
 from bot.snapshot import snapshot
-from bot.standing import labeller
 from bot.tracker import label_names, load_repo_config, read_issue
 
 log = logging.getLogger(__name__)
@@ -168,9 +167,8 @@ async def _queued_but_idle(
                     number=int(data["number"]),
                 )
                 if issue not in waiting and _idle(services, issue):
-                    # Who put the label on is judged by the job, as for a labeled webhook.
-                    found = await labeller(gh, issue, queue_label)
-                    queued_by = found[0] if found is not None else None
+                    # Who put the label on is found and judged by the job, from its events.
+                    queued_by = None
                     body = data.get("body")
                     # Its label event was lost with the text it carried: what is read now
                     # stands for the issue as queued.

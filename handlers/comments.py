@@ -7,7 +7,7 @@ import logging
 from gidgethub.routing import Router
 from gidgethub.sansio import Event
 
-from bot.commands import is_bot, parse_command, trusted
+from bot.commands import ignored_bot, parse_command
 from bot.dispatch import command_job
 from handlers.context import HandlerContext
 
@@ -23,7 +23,7 @@ async def command_posted(event: Event, ctx: HandlerContext) -> None:
         return
     sender = event.data["sender"]
     login = str(sender.get("login") or "")
-    if is_bot(login, sender.get("type")) and not trusted(login, ctx.settings.trusted_bots):
+    if ignored_bot(login, sender.get("type"), ctx.settings.trusted_bots):
         log.info("delivery %s: ignored a command from the bot @%s", event.delivery_id, login)
         return
     issue = ctx.issue_ref(event)

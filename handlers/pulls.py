@@ -8,7 +8,7 @@ from typing import Any
 from gidgethub.routing import Router
 from gidgethub.sansio import Event
 
-from bot.commands import is_bot, trusted
+from bot.commands import ignored_bot
 from bot.dispatch import pull_closed_job, review_job
 from bot.git import BRANCH_PREFIX
 from handlers.context import HandlerContext
@@ -38,9 +38,7 @@ async def review_submitted(event: Event, ctx: HandlerContext) -> None:
     if str(review["state"]).lower() != "changes_requested" or not _batons(pull):
         return
     author = str(review["user"]["login"])
-    if is_bot(author, review["user"].get("type")) and not trusted(
-        author, ctx.settings.trusted_bots
-    ):
+    if ignored_bot(author, review["user"].get("type"), ctx.settings.trusted_bots):
         log.info("delivery %s: ignored a review by the bot @%s", event.delivery_id, author)
         return
     installation_id = ctx.installation_id(event)

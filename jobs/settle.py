@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
 
 from bot import settle
 from bot.model import IssueRef
+from bot.snapshot import github_time
 from jobs import job, services
 
 
@@ -22,7 +22,7 @@ def settle_review(
     installation_id: int, repo: str, pull: int, review_id: int, author: str, submitted_at: str = ""
 ) -> str:
     """Send a review's requested changes back to the agent; return what happened."""
-    submitted = datetime.fromisoformat(submitted_at) if submitted_at else None
+    submitted = github_time(submitted_at)  # None when GitHub gave no time, or no valid one
     run = asyncio.run(
         settle.settle_review(services(), installation_id, repo, pull, review_id, author, submitted)
     )

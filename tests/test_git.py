@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bot.dispatch import Dispatcher
-from bot.git import Git, GitError, Identity, Workspace, auth_header
+from bot.git import Git, GitError, Identity, Workspace, auth_header, inert_commit
 from bot.jail import jails_for
 from bot.model import IssueRef, Run, RunState, utcnow
 from bot.recovery import Services
@@ -216,3 +216,15 @@ def test_commits_are_by_the_apps_bot_unless_the_deployment_names_someone() -> No
     assert Identity.of("Ops", "ops@example.com", "baton[bot]", 7, "https://api.github.com") == (
         Identity("Ops", "ops@example.com")
     )
+
+
+def test_a_rewritten_commit_keeps_every_byte_but_the_joiners() -> None:
+    tree = b"tree " + b"a" * 40
+    raw = (
+        tree
+        + b"\nauthor J\xe9r\xf4me <j@e> 1 +0000\ncommitter J <j@e> 1 +0000\n\nFixes #1 caf\xe9\n"
+    )
+    quiet = inert_commit(raw, {})
+    assert b"Fixes #1" not in quiet
+    assert quiet.replace("\u200d".encode(), b"") == raw  # latin-1 bytes pass through as they were
+    assert inert_commit(tree + b"\n\nTidy up\n", {}) == tree + b"\n\nTidy up\n"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import os
 import re
 import stat
@@ -38,7 +37,7 @@ from bot.agents.stream import (
     safe_session_id,
     transcript_text,
 )
-from bot.model import AgentResult
+from bot.model import AgentResult, bounded_denials
 
 SUMMARY_LINES = 10
 
@@ -62,8 +61,6 @@ QUIET_ENV = {
     "COLUMNS": str(COLUMNS),
 }
 
-DENIAL_CHARS = 200  # of one refused command, as the run record keeps it
-DENIALS_KEPT = 100  # the first this many are kept: the run record stays bounded
 HISTORY_CAP = 8 << 20  # bytes of a chat history Baton reads for what aider refused
 
 _BANNER = re.compile(r"^Aider v\d")
@@ -198,9 +195,7 @@ class AiderAdapter:
         if patience.gave_up is not None:
             outcome = replace(outcome, turn_capped=False)  # Baton's stop, not a turn cap
             notes.append(patience.gave_up)
-        refused = tuple(
-            itertools.islice(denials(_appended(history, before, request)), DENIALS_KEPT)
-        )
+        refused = bounded_denials(denials(_appended(history, before, request)))
         reading = replace(reading, evidence=(*reading.evidence, *notes), denials=refused)
         result = interpret(self.name, reading, outcome, request)
         if history.is_file():
@@ -289,8 +284,7 @@ def denials(history: str) -> Iterator[str]:
         for command in lines[start:n]:
             command = " ".join(command.removeprefix("> ").split())
             if command and not command.startswith("#"):
-                line = f"shell: {command}"
-                yield line if len(line) <= DENIAL_CHARS else line[: DENIAL_CHARS - 1] + "…"
+                yield f"shell: {command}"
 
 
 def _size(path: Path) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -28,7 +27,7 @@ from bot.agents.stream import (
     text_of,
     window_reading,
 )
-from bot.model import AgentResult
+from bot.model import AgentResult, bounded_denials
 
 SYNTHETIC_MODEL = "<synthetic>"  # the model name on replies the CLI makes up for API errors
 # --max-turns has been seen to fail open; past this many extra turns Baton stops the run itself.
@@ -52,8 +51,6 @@ UNSET_ENV = (
     "CLAUDE_CODE_RETRY_WATCHDOG",  # it would wait out a closed window forever
     "CLAUDE_CODE_ENABLE_TELEMETRY",  # OpenTelemetry export to a collector
 )
-DENIAL_CHARS = 200  # of one refused tool call, as the run record keeps it
-DENIALS_KEPT = 100  # the first this many are kept: the run record stays bounded
 _DENIAL_TARGETS = ("command", "file_path", "notebook_path", "path", "url", "pattern")
 
 _WINDOW_KINDS = re.compile(r"^(?:five_hour|seven_day)")
@@ -208,7 +205,7 @@ def read(
         or next((s for e in found if (s := text_of(e.get("session_id")))), None),
         result_text=text_of(final.get("result")),
         parse_failures=failures,
-        denials=tuple(itertools.islice(_denials(final), DENIALS_KEPT)),
+        denials=bounded_denials(_denials(final)),
     )
 
 
@@ -224,7 +221,7 @@ def _denials(result: Mapping[str, Any]) -> Iterator[str]:
             json.dumps(given, sort_keys=True) if given else "",
         )
         line = f"{tool}: {' '.join(target.split())}" if target else tool
-        yield line if len(line) <= DENIAL_CHARS else line[: DENIAL_CHARS - 1] + "…"
+        yield line
 
 
 def _turns(found: list[Event], result: Mapping[str, Any]) -> int:

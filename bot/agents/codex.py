@@ -37,7 +37,7 @@ from bot.agents.stream import (
     window_reading,
 )
 from bot.jail import JAIL_TMP
-from bot.model import AgentResult
+from bot.model import AgentResult, bounded_denials
 
 TOOL_ITEMS = frozenset({"command_execution", "file_change", "mcp_tool_call", "web_search"})
 
@@ -72,7 +72,6 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 ROLLOUT_CAP = 16 * 1024 * 1024  # the most of a session's rollout Baton reads for its windows
 STDERR_CAP = 4 * 1024 * 1024  # the most of codex's log Baton reads for refused tool calls
-MAX_DENIALS = 100
 
 _USAGE_LIMIT = re.compile(r"hit your usage limit", re.IGNORECASE)
 _CREDIT = re.compile(
@@ -439,7 +438,7 @@ def denials(request: AgentRequest) -> list[str]:
         if match is not None:
             why = match["why"].replace('\\"', '"').replace("\\'", "'").replace("\\\\", "\\")
             refused.append(f"{match['tool']}: {why}")
-    return refused[:MAX_DENIALS]
+    return list(bounded_denials(refused))
 
 
 def turn_key(event: Event) -> str | None:

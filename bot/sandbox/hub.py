@@ -77,6 +77,8 @@ class Hub:
         self.state = self.store.load()
         self.permissions = dict(manifest.default_permissions)
         self.events = list(manifest.default_events)
+        for slug in (APP_SLUG, CI_APP_SLUG):  # every App has its bot account from the start
+            self.user(f"{slug}[bot]")
         self.auth = Authenticator(self.state, load_or_create_key(self.key_path), self.permissions)
         self.rng = random.Random(0)  # noqa: S311 - seeded on purpose: injected faults must repeat
         self.faults = Faults(self.rng)

@@ -168,7 +168,9 @@ async def get_user(request: web.Request) -> web.Response:
     """Describe an account, as GET /users/{username} does (an App's bot is `slug[bot]`)."""
     hub = hub_of(request)
     login = request.match_info["username"]
-    return json_response(hub.render.user(hub.user(login).login))
+    if login not in hub.state.users:  # reading never makes an account; GitHub answers 404
+        raise ApiError(404, "Not Found")
+    return json_response(hub.render.user(login))
 
 
 @routes.get("/rate_limit")

@@ -148,7 +148,8 @@ async def create_issue(request: web.Request) -> web.Response:
     )
     repo.issues[issue.number] = issue
     await events.announce(hub, repo, issue, "opened", sender)
-    if has_role(request, repo, "triage"):  # otherwise GitHub drops them without a word
+    # "Only users with push access can set labels ... silently dropped otherwise."
+    if has_role(request, repo, "write"):
         await events.add_labels(hub, repo, issue, label_names(body.labels), sender)
         assignees = body.assignees or ([body.assignee] if body.assignee else [])
         await events.replace_assignees(hub, repo, issue, assignees, sender)
@@ -176,16 +177,18 @@ async def update_issue(request: web.Request) -> web.Response:
     title = str(body.title) if body.title is not None else None
     if sender != issue.user:
         if title is not None or new_body is not None:
-            require_role(request, repo, "write", "edit other people's issues")
+            # "Issue owners and users with push access or Triage role can edit an issue."
+            require_role(request, repo, "triage", "edit other people's issues")
         if body.state is not None:
             require_role(request, repo, "triage", "close or reopen other people's issues")
     await events.edit(hub, repo, issue, sender, title, new_body)
     if body.state is not None:
         await events.set_state(hub, repo, issue, body.state, body.state_reason, sender)
-    triage = has_role(request, repo, "triage")  # otherwise GitHub drops these without a word
-    if body.labels is not None and triage:
+    # "Without push access ... label changes are silently dropped", assignees likewise.
+    push = has_role(request, repo, "write")
+    if body.labels is not None and push:
         await events.replace_labels(hub, repo, issue, label_names(body.labels), sender)
-    if body.assignees is not None and triage:
+    if body.assignees is not None and push:
         await events.replace_assignees(hub, repo, issue, body.assignees, sender)
     return json_response(hub.render.issue(repo, issue))
 
