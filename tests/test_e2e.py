@@ -551,8 +551,12 @@ async def test_closing_the_issue_stops_a_live_run_and_keeps_its_work(
     repo = await new_repo(maintainer, stack)
     body = "agent: write greeting.txt hello\nagent: commit Work in progress\nagent: sleep 30"
     number = await queued_issue(maintainer, repo, "Stop me", body)
-    await eventually(lambda: run_state(store, repo, number, RunState.RUNNING), "the agent running")
-    await asyncio.sleep(1)  # the agent has committed and is sleeping
+    transcript_path = stack.workdir / "baton/runs" / repo / str(number) / "1/transcript.log"
+
+    async def sleeping() -> bool:  # it has written, committed and started its sleep
+        return transcript_path.exists() and "committed" in transcript_path.read_text()
+
+    await eventually(sleeping, "the agent's commit", 60)
     await maintainer.gh.patch(
         "/repos/{+repo}/issues/{number}",
         {"repo": repo, "number": number},

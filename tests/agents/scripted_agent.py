@@ -49,6 +49,7 @@ def main() -> int:
             git = ["git", "-c", "user.name=Agent", "-c", "user.email=agent@example.invalid"]
             subprocess.run([*git, "add", "-A"], check=True)
             subprocess.run([*git, "commit", "-q", "-m", rest], check=True)
+            print(f"committed {rest}")
         elif verb == "merge":
             merge = ["git", "-c", "user.name=Agent", "-c", "user.email=agent@example.invalid"]
             subprocess.run([*merge, "merge", "--no-edit", rest], check=False)
