@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Collection, Iterable, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from bot.render import CheckSummary
@@ -39,6 +40,39 @@ def checks_verdict(
     if not states and not status_count:
         return Verdict.PENDING
     return Verdict.GREEN
+
+
+def combined_state(statuses: Iterable[Mapping[str, Any]]) -> str:
+    """Return GitHub's combined state of a head's latest statuses, one per context.
+
+    failure if any is an error or failure, pending if there are none or any is
+    pending, success otherwise: the combined status endpoint's own rule, applied to
+    every page of its statuses rather than the first page's figure alone.
+    """
+    states = {str(status.get("state")) for status in statuses}
+    if states & {"error", "failure"}:
+        return "failure"
+    if not states or "pending" in states:
+        return "pending"
+    return "success"
+
+
+def nothing_reported(
+    suites: Collection[Mapping[str, Any]], combined_status: Mapping[str, Any]
+) -> bool:
+    """Tell whether no CI has said anything about a head: no check suite, no commit status."""
+    return not suites and not int(combined_status.get("total_count", 0))
+
+
+def no_ci_due(pushed_at: datetime, now: datetime, wait_s: float) -> datetime | None:
+    """Return when a head with no CI reported counts as green; None once it does.
+
+    GitHub reports nothing at all for a head no workflow or app runs on (no suite,
+    a pending combined status with no statuses), so silence is only an answer after
+    a wait long enough for any CI to have registered itself.
+    """
+    due = pushed_at + timedelta(seconds=wait_s)
+    return due if now < due else None
 
 
 def required_checks_verdict(

@@ -61,7 +61,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from rq import Worker
 
     from bot.agents import adapter_for
-    from bot.dispatch import QUEUES, Dispatcher
+    from bot.dispatch import QUEUES, RETIRED_QUEUES, Dispatcher
     from bot.intake import ForwarderProcess
 
     settings = load_settings()
@@ -71,6 +71,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if set(args.queues) & {"baton-agents"}:
         adapter_for(settings)  # refuse to start with an agent that cannot run
         _check_sandbox(settings)
+    retired = [name for name in args.queues if name in RETIRED_QUEUES]
+    if retired:
+        log.warning("%s carry no jobs now (the clock sweeps): drop them from --queues", retired)
+    args.queues = [name for name in args.queues if name not in RETIRED_QUEUES]
     unknown = set(args.queues) - set(QUEUES)
     if unknown:
         raise CommandError(f"unknown queue(s) {sorted(unknown)}; Baton's queues are {QUEUES}")
@@ -80,12 +84,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import jobs.labels
     import jobs.run
     import jobs.settle
-    import jobs.steering
-    import jobs.sweep  # noqa: F401
+    import jobs.steering  # noqa: F401
 
     dispatch = Dispatcher.from_url(settings.redis_url, settings)
-    dispatch.sweep_now()
-    dispatch.schedule_sweep()
     worker = Worker([dispatch.queues[name] for name in args.queues], connection=dispatch.connection)
     # Beside each worker, a forwarder turns accepted deliveries into jobs (bot/intake.py).
     forwarder = ForwarderProcess(args.verbose)
@@ -162,7 +163,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     store = _connected_store(settings)
     dispatch = Dispatcher.from_url(settings.redis_url, settings)
     now = utcnow()
-    overview = gather_overview(store, dispatch, now, args.limit, deployment_warnings(settings))
+    overview = gather_overview(
+        store, dispatch, now, args.limit, deployment_warnings(settings), settings.app_identity
+    )
     print(render_status_text(overview, now), end="")
     return 0
 
@@ -205,7 +208,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    """Run one pass of the reconcile sweep now (workers also run it every few minutes)."""
+    """Run one pass of the reconcile sweep now (the clock runs one every few minutes)."""
     import asyncio
 
     from bot.dispatch import Dispatcher
@@ -275,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--queues",
         nargs="+",
-        default=["baton-events", "baton-maintenance", "baton-agents"],
+        default=["baton-events", "baton-agents"],
         help="queues to work, in priority order",
     )
     worker.add_argument("--burst", action="store_true", help="stop when the queues are empty")

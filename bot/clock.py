@@ -1,12 +1,12 @@
 """The clock: keeps a deployment's time whatever its workers are doing.
 
-Workers run the reconcile sweep as a job on the maintenance queue, so when every
-worker is busy with a long agent run the sweep waits with everything else: an
-orphaned run or a lost webhook would wait with it. The clock runs the sweep
-itself, on schedule, and runs RQ's scheduler, which moves jobs scheduled for a
-time (a usage window's resume, a backoff, a retry) onto their queues when they
-fall due. One clock per deployment is enough and a second is harmless: a sweep
-takes a lease and RQ's scheduler a lock per queue.
+It runs the reconcile sweep, on schedule and in its own thread, so a sweep never
+waits behind a long agent run: an orphaned run or a lost webhook is found on time
+whatever the workers do. It is the sweep's one schedule. It also runs RQ's
+scheduler, which moves jobs scheduled for a time (a usage window's resume, a
+backoff, a retry) onto their queues when they fall due. One clock per deployment
+is enough and a second is harmless: a sweep takes a lease and RQ's scheduler a
+lock per queue.
 """
 
 from __future__ import annotations

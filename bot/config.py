@@ -209,6 +209,13 @@ class RepoConfig(_FileModel):
         "go back to the agent. Unset: `BATON_REQUIRED_CHECKS` (every check suite and commit "
         "status on the head, unless set).",
     )
+    no_checks_after_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="With no `required_checks`, how long after a push a head on which no "
+        "check suite and no commit status has appeared counts as green (the repository "
+        "runs no CI for it). Unset: `BATON_NO_CHECKS_AFTER_SECONDS` (120).",
+    )
     steer_min_role: Role | None = Field(
         default=None,
         description="The least repository role (`read`, `triage`, `write`, `maintain`, "
@@ -362,6 +369,7 @@ def apply_repo_config(settings: Settings, config: RepoConfig) -> Settings:
         "halt_on_usage_window": ("halt_on_usage_window", config.halt_on_usage_window),
         "max_concurrent_runs": ("max_concurrent_runs_per_repo", config.max_concurrent_runs),
         "required_checks": ("required_checks", config.required_checks),
+        "no_checks_after_seconds": ("no_checks_after_seconds", config.no_checks_after_seconds),
         "steer_min_role": ("steer_min_role", config.steer_min_role),
         "labels.queue": ("queue_label", config.labels.queue),
         "labels.in_progress": ("in_progress_label", config.labels.in_progress),
@@ -615,6 +623,7 @@ max_concurrent_runs: 2
 required_checks:
   - test (3.12)
   - lint
+no_checks_after_seconds: 300  # used only without required_checks
 steer_min_role: maintain
 setup:  # where the deployment sets BATON_ALLOW_REPO_COMMANDS
   - npm ci

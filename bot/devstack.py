@@ -22,7 +22,7 @@ from pathlib import Path
 import redis
 from rq import Worker
 
-from bot.dispatch import AGENTS, EVENTS, MAINTENANCE
+from bot.dispatch import AGENTS, EVENTS
 
 START_TIMEOUT_S = 30.0
 
@@ -246,7 +246,7 @@ class LocalBaton:
         wait_until(lambda: http_ok(f"{self.web_url}/healthz"), "baton web answering /healthz")
 
     def start_worker(
-        self, name: str, queues: tuple[str, ...] = (EVENTS, MAINTENANCE, AGENTS)
+        self, name: str, queues: tuple[str, ...] = (EVENTS, AGENTS)
     ) -> Process:
         """Start one `baton worker` on the given queues."""
         return self._spawn_baton(name, "worker", "--queues", *queues)

@@ -20,13 +20,14 @@ from bot.snapshot import Snapshot
 
 EVENTS = "baton-events"
 AGENTS = "baton-agents"
-MAINTENANCE = "baton-maintenance"
-QUEUES = (EVENTS, MAINTENANCE, AGENTS)  # the order a worker on all of them takes work in
+QUEUES = (EVENTS, AGENTS)  # the order a worker on both takes work in
+# Once the sweep's queue; the clock sweeps now. Still accepted in `--queues`, and ignored.
+RETIRED_QUEUES = ("baton-maintenance",)
 
 SETTLE_TIMEOUT_S = 120
-SWEEP_TIMEOUT_S = 600
 RESULT_TTL_S = 24 * 3600
 FAILURE_TTL_S = 14 * 24 * 3600
+RUN_ISSUE = "jobs.run.run_issue"
 _NOT_IN_JOB_ID = re.compile(r"[^A-Za-z0-9_-]+")
 
 
@@ -79,7 +80,7 @@ def run_issue_job(
     """
     return JobSpec(
         queue=AGENTS,
-        func="jobs.run.run_issue",
+        func=RUN_ISSUE,
         args=(
             issue.installation_id,
             issue.repo,
@@ -250,18 +251,6 @@ def command_job(issue: IssueRef, comment_id: int) -> JobSpec:
     )
 
 
-def sweep_job(key: str) -> JobSpec:
-    """Return one pass of the reconcile sweep (bot/sweep.py)."""
-    return JobSpec(
-        queue=MAINTENANCE,
-        func="jobs.sweep.sweep",
-        args=(),
-        job_id=job_id("sweep", key),
-        timeout_s=SWEEP_TIMEOUT_S,
-        description=f"sweep {key}",
-    )
-
-
 def sync_labels_job(issue: IssueRef) -> JobSpec:
     """Return the job that applies the issue's recorded Baton label, retrying for minutes."""
     return JobSpec(
@@ -355,6 +344,32 @@ class Dispatcher:
         self.enqueue([spec])
         return True
 
+    def pending_runs(self) -> set[IssueRef]:
+        """Return the issues a run job is on its way for: queued, scheduled, deferred or started."""
+        queue = self.queues[AGENTS]
+        ids = set(queue.get_job_ids())
+        for registry in (
+            queue.scheduled_job_registry,
+            queue.deferred_job_registry,
+            queue.started_job_registry,
+        ):
+            ids.update(registry.get_job_ids())
+        jobs = Job.fetch_many(sorted(ids), connection=self.connection)
+        return {
+            IssueRef(
+                installation_id=int(job.args[0]), repo=str(job.args[1]), number=int(job.args[2])
+            )
+            for job in jobs
+            if job is not None and job.func_name == RUN_ISSUE
+        }
+
+    def settle_head_at(
+        self, installation_id: int, repo: str, head_sha: str, when: datetime
+    ) -> None:
+        """Schedule settlement of head_sha at when: the moment its silence counts as no CI."""
+        spec = settle_head_job(installation_id, repo, head_sha)
+        self.enqueue_at(spec.model_copy(update={"job_id": f"{spec.job_id}-no-ci"}), when)
+
     def settle_head(self, installation_id: int, repo: str, head_sha: str) -> None:
         """Enqueue settlement of head_sha now."""
         self.enqueue([settle_head_job(installation_id, repo, head_sha)])
@@ -362,16 +377,6 @@ class Dispatcher:
     def advance_chain(self, chain: Chain, because: str) -> None:
         """Enqueue a look at what the chain does next, after what changed."""
         self.enqueue([advance_chain_job(chain, because)])
-
-    def sweep_now(self) -> None:
-        """Enqueue a sweep now (a worker starting: whatever happened while none ran)."""
-        self.enqueue([sweep_job(f"now-{int(datetime.now(UTC).timestamp())}")])
-
-    def schedule_sweep(self) -> None:
-        """Schedule the next periodic sweep; every worker asking for it schedules one job."""
-        interval = self.settings.sweep_interval_seconds
-        slot = (int(datetime.now(UTC).timestamp() / interval) + 1) * interval
-        self.enqueue_at(sweep_job(f"at-{int(slot)}"), datetime.fromtimestamp(slot, UTC))
 
     def sync_labels(self, issue: IssueRef) -> None:
         """Enqueue applying the issue's recorded Baton label, with retries."""

@@ -124,8 +124,9 @@ GITHUB_API_CALLS = Metric(
 )
 GITHUB_RATE_LIMIT_REMAINING = Metric(
     name="baton_github_rate_limit_remaining",
-    help="The x-ratelimit-remaining GitHub sent with the last response a job saw.",
+    help="The x-ratelimit-remaining GitHub last sent an installation (or the App, `app`).",
     type=MetricType.GAUGE,
+    labels=("installation",),
 )
 QUEUE_DEPTH = Metric(
     name="baton_queue_depth",

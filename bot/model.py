@@ -285,6 +285,11 @@ class Policy(BaseModel):
     required_checks: tuple[str, ...] = Field(
         default=(), description="the checks that decide green; empty: every check on the head"
     )
+    no_checks_after_s: float = Field(
+        default=120.0,
+        description="without required checks, a head with no CI reported this long after "
+        "its push is green",
+    )
 
 
 class Run(BaseModel):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 from rq import Worker
@@ -11,6 +11,7 @@ from rq import Worker
 from bot.chains import LinkStatus, link_status, next_step, successors
 from bot.dispatch import Dispatcher
 from bot.model import Chain, Run, RunState
+from bot.pacing import RateBudget, sweep_may_spend
 from bot.settings import Settings
 from bot.store import Store
 
@@ -123,6 +124,29 @@ class ChainSummary(BaseModel):
     held_by: int | None = Field(default=None, description="the stopped link holding the chain")
 
 
+class InstallationBudget(BaseModel):
+    """One installation's hourly GitHub request budget, as its last answer reported it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    installation_id: int
+    limit: int
+    remaining: int
+    resets_at: datetime
+    sweeps_paused: bool = Field(description="the sweep leaves it to its runs until it refills")
+
+    @classmethod
+    def of(cls, installation_id: int, budget: RateBudget, now: datetime) -> InstallationBudget:
+        """Return the view of a recorded budget at now."""
+        return cls(
+            installation_id=installation_id,
+            limit=budget.limit,
+            remaining=budget.left_at(now.timestamp()),
+            resets_at=datetime.fromtimestamp(budget.reset_at, UTC),
+            sweeps_paused=not sweep_may_spend(budget, now.timestamp()),
+        )
+
+
 class Overview(BaseModel):
     """A snapshot of what Baton is doing, plain data for the status views."""
 
@@ -140,6 +164,7 @@ class Overview(BaseModel):
     waiting: list[TimedIssue] = Field(default_factory=list, description="soonest first")
     held: list[HeldIssue] = Field(default_factory=list)
     chains: list[ChainSummary] = Field(default_factory=list)
+    budgets: list[InstallationBudget] = Field(default_factory=list, description="by installation")
     warnings: list[str] = Field(
         default_factory=list, description="risks the deployment runs at, shown first"
     )
@@ -202,10 +227,12 @@ def gather_overview(
     now: datetime,
     limit: int,
     warnings: Sequence[str] = (),
+    app_identity: str | None = None,
 ) -> Overview:
     """Read the overview from Redis at now: every live run and the `limit` most recent runs.
 
-    warnings are the deployment's own (`deployment_warnings`), shown above everything.
+    warnings are the deployment's own (`deployment_warnings`), shown above everything;
+    app_identity names the App whose installations' request budgets are shown.
     """
     recorded = store.recent_runs(limit)
     for issue in store.in_flight():
@@ -244,5 +271,11 @@ def gather_overview(
         waiting=[TimedIssue(repo=i.repo, number=i.number, until=at) for i, at in store.waits()],
         held=held,
         chains=chains,
+        budgets=[
+            InstallationBudget.of(installation_id, budget, now)
+            for installation_id, budget in (
+                store.rate_limits(app_identity) if app_identity else {}
+            ).items()
+        ],
         warnings=list(warnings),
     )

@@ -114,6 +114,14 @@ class Settings(BaseSettings):
         description="Check-run names or commit-status contexts a pull request must pass to "
         "be green, comma-separated; unset, every check on the head counts.",
     )
+    no_checks_after_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        validation_alias="BATON_NO_CHECKS_AFTER_SECONDS",
+        description="With no required checks, a pushed head on which no check suite and no "
+        "commit status has appeared this long after the push counts as green: its "
+        "repository (or its base branch, for a stacked link) runs no CI.",
+    )
     lock_ttl_seconds: float = Field(
         default=60.0,
         gt=0,
@@ -131,7 +139,7 @@ class Settings(BaseSettings):
         default=300.0,
         gt=0,
         validation_alias="BATON_SWEEP_INTERVAL_SECONDS",
-        description="How often the reconcile sweep runs (and once when a worker starts).",
+        description="How often the clock runs the reconcile sweep (and once as it starts).",
     )
     backoff_base_seconds: float = Field(
         default=60.0, gt=0, validation_alias="BATON_BACKOFF_BASE_SECONDS"
@@ -307,6 +315,13 @@ class Settings(BaseSettings):
         return self.github_app_id
 
     @property
+    def app_identity(self) -> str | None:
+        """Return which App on which GitHub this is (`1234@https://api.github.com`), if set."""
+        if not self.github_app_id:
+            return None
+        return f"{self.github_app_id}@{self.github_api_url.rstrip('/')}"
+
+    @property
     def webhook_secret(self) -> str:
         """Return the webhook secret: there is no serving webhooks without one."""
         if self.github_webhook_secret is None:
@@ -356,6 +371,7 @@ class Settings(BaseSettings):
             escalation_mentions=tuple(self.escalation_mentions),
             labels=self.labels,
             required_checks=tuple(self.required_checks),
+            no_checks_after_s=self.no_checks_after_seconds,
         )
 
     @property

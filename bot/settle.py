@@ -7,10 +7,20 @@ late event finds nothing to change and does nothing.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from bot.chainwork import link_green, link_merged
-from bot.checks import Verdict, checks_verdict, failing_checks, required_checks_verdict
+from bot.checks import (
+    Verdict,
+    checks_verdict,
+    combined_state,
+    failing_checks,
+    no_ci_due,
+    nothing_reported,
+    required_checks_verdict,
+)
 from bot.classify import RunFacts
 from bot.github import GitHubClient, github_app
 from bot.labels import set_state_label, take_state_labels_off
@@ -23,34 +33,87 @@ from bot.standing import repository_settings, standing_of
 log = logging.getLogger(__name__)
 
 
-async def _checks(
-    gh: GitHubClient, repo: str, sha: str, required: tuple[str, ...]
-) -> tuple[Verdict, list[CheckSummary]]:
+@dataclass(frozen=True)
+class HeadChecks:
+    """Everything a head's CI reported, every page of it."""
+
+    suites: list[dict[str, Any]]
+    combined_status: dict[str, Any]
+
+    @property
+    def silent(self) -> bool:
+        """Tell whether no CI has said anything about the head."""
+        return nothing_reported(self.suites, self.combined_status)
+
+
+async def _read_checks(gh: GitHubClient, repo: str, sha: str) -> HeadChecks:
     url_vars = {"repo": repo, "sha": sha}
-    status = await gh.getitem("/repos/{+repo}/commits/{sha}/status", url_vars)
+    statuses = [
+        status
+        async for status in gh.getiter(
+            "/repos/{+repo}/commits/{sha}/status", url_vars, iterable_key="statuses"
+        )
+    ]
+    combined = {
+        "state": combined_state(statuses),
+        "total_count": len(statuses),
+        "statuses": statuses,
+    }
+    suites = [
+        suite
+        async for suite in gh.getiter(
+            "/repos/{+repo}/commits/{sha}/check-suites", url_vars, iterable_key="check_suites"
+        )
+    ]
+    return HeadChecks(suites, combined)
+
+
+async def _check_runs(gh: GitHubClient, repo: str, sha: str) -> list[dict[str, Any]]:
+    return [
+        run
+        async for run in gh.getiter(
+            "/repos/{+repo}/commits/{sha}/check-runs",
+            {"repo": repo, "sha": sha},
+            iterable_key="check_runs",
+        )
+    ]
+
+
+async def _checks(
+    gh: GitHubClient, repo: str, sha: str, head: HeadChecks, required: tuple[str, ...]
+) -> tuple[Verdict, list[CheckSummary]]:
+    status = head.combined_status
     if required:
-        runs = await gh.getitem("/repos/{+repo}/commits/{sha}/check-runs", url_vars)
-        verdict = required_checks_verdict(runs["check_runs"], status, required)
+        runs = await _check_runs(gh, repo, sha)
+        verdict = required_checks_verdict(runs, status, required)
         passed = [CheckSummary(name=name, conclusion="success") for name in required]
         if verdict is Verdict.RED:
-            return verdict, failing_checks(runs["check_runs"], status, required)
+            return verdict, failing_checks(runs, status, required)
         return verdict, passed
-    suites = await gh.getitem("/repos/{+repo}/commits/{sha}/check-suites", url_vars)
-    verdict = checks_verdict(suites["check_suites"], status)
+    verdict = checks_verdict(head.suites, status)
     if verdict is not Verdict.RED:
         return verdict, [
             CheckSummary(name=str(suite["app"]["name"]), conclusion=str(suite["conclusion"]))
-            for suite in suites["check_suites"]
+            for suite in head.suites
             if suite.get("status") == "completed" and suite.get("app")
         ]
-    runs = await gh.getitem("/repos/{+repo}/commits/{sha}/check-runs", url_vars)
-    return verdict, failing_checks(runs["check_runs"], status)
+    return verdict, failing_checks(await _check_runs(gh, repo, sha), status)
+
+
+def _pushed_at(run: Run) -> datetime:
+    """Return when the run's head was pushed (its latest move to waiting for checks)."""
+    pushes = [change.at for change in run.history if change.state is RunState.PUSHED_PENDING]
+    return pushes[-1] if pushes else run.started_at
 
 
 async def settle_head(
     services: Services, installation_id: int, repo: str, head_sha: str
 ) -> Run | None:
-    """Settle the run that pushed head_sha from the head's check results, if they are final."""
+    """Settle the run that pushed head_sha from the head's check results, if they are final.
+
+    Without required checks, a head no CI has reported on by the policy's wait is
+    green ("no CI reported"); until then a settlement is scheduled for that moment.
+    """
     found = services.store.run_for_head(repo, head_sha)
     if found is None:
         return None
@@ -60,8 +123,16 @@ async def settle_head(
         return None  # an older head, or a run that moved on: nothing to settle
     async with github_app(services.settings, services.store) as app:
         gh = await app.for_installation(installation_id)
-        required = policy_of(services, run).required_checks
-        verdict, checks = await _checks(gh, repo, head_sha, required)
+        policy = policy_of(services, run)
+        head = await _read_checks(gh, repo, head_sha)
+        verdict, checks = await _checks(gh, repo, head_sha, head, policy.required_checks)
+        next_step = None
+        if verdict is Verdict.PENDING and head.silent and not policy.required_checks:
+            due = no_ci_due(_pushed_at(run), utcnow(), policy.no_checks_after_s)
+            if due is not None:
+                services.dispatch.settle_head_at(installation_id, repo, head_sha, due)
+                return None
+            verdict, next_step = Verdict.GREEN, _no_ci_reported(policy.no_checks_after_s)
         settled = services.store.update_run(
             issue, attempt, lambda current: settle_checks(current, head_sha, verdict, utcnow())
         )
@@ -75,13 +146,20 @@ async def settle_head(
             await set_state_label(
                 gh, services.store, services.dispatch, labels, issue, labels.review
             )
-            await report(services, gh, settled, checks=checks)
+            await report(services, gh, settled, next_step, checks=checks)
             await link_green(services, app, settled)  # what is stacked on it follows
             return settled
         names = ", ".join(check.name for check in checks) or "a check"
         facts = RunFacts(ending="checks-failed", detail=f"failing: {names}")
         await conclude(services, gh, settled, facts, checks)
         return settled
+
+
+def _no_ci_reported(wait_s: float) -> str:
+    return (
+        f"No CI reported on this head within {wait_s:g} s of its push, and no checks are "
+        "required: it counts as green and awaits a maintainer's review."
+    )
 
 
 async def settle_review(

@@ -277,6 +277,24 @@ def _chains(overview: Overview) -> str:
     return _section("chains", "Chains", len(rows), table)
 
 
+def _budgets(overview: Overview) -> str:
+    rows = [
+        (
+            _e(budget.installation_id),
+            f"{budget.remaining:,} of {budget.limit:,}",
+            _e(_clock(budget.resets_at)),
+            _badge("sweeps paused", "warn") if budget.sweeps_paused else "",
+        )
+        for budget in overview.budgets
+    ]
+    table = _table(
+        ("installation", "requests left this hour", "refills", ""),
+        rows,
+        "No answer from GitHub recorded yet.",
+    )
+    return _section("budgets", "GitHub API budget", len(rows), table)
+
+
 def _warnings(overview: Overview) -> str:
     return "".join(f'<p class="alert warn" role="alert">{_e(w)}</p>' for w in overview.warnings)
 
@@ -293,6 +311,7 @@ def render_status_page(overview: Overview, now: datetime) -> str:
         _held(overview),
         _completions(overview, now),
         _chains(overview),
+        _budgets(overview),
     ]
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
@@ -338,6 +357,12 @@ def render_status_text(overview: Overview, now: datetime) -> str:
         f"chain {chain.chain_id}: "
         + ", ".join(f"#{link.number} {link.status.value}" for link in chain.links)
         for chain in overview.chains
+    ]
+    lines += [
+        f"installation {budget.installation_id}: {budget.remaining} of {budget.limit} "
+        f"GitHub requests left until {_clock(budget.resets_at)}"
+        + (" (sweeps paused)" if budget.sweeps_paused else "")
+        for budget in overview.budgets
     ]
     if not overview.runs:
         lines.append("no runs yet")

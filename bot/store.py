@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import cast
+from typing import NamedTuple, cast
 
 import redis
 import redis.asyncio
@@ -19,6 +19,7 @@ from redis.exceptions import NoScriptError, WatchError
 
 from bot.metrics import MetricUpdate, Tally, run_duration, run_settled
 from bot.model import Chain, IssueRef, Labels, Run, RunState
+from bot.pacing import RateBudget
 from bot.snapshot import IssueText
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,11 @@ COMMENT_LOCK_WAIT_S = 20.0
 CHAIN_LOCK_TTL_MS = 300_000  # restacking a chain's branches: a few fetches and pushes
 RECENT_RUNS = 200
 ROLE_TTL_S = 60
+NOTICE_TTL_S = 24 * 3600
+RATE_LIMITS_TTL_S = 7 * 24 * 3600  # an installation silent for a week is shown no more
+CONDITIONAL_TTL_S = 24 * 3600  # an ETag older than a day is rarely still current
 INTAKE_STREAM = f"{_PREFIX}:intake"
+_CHAINS = f"{_PREFIX}:chains"
 INTAKE_GROUP = "forwarders"
 INTAKE_MAXLEN = 1_000_000  # a bound far above any backlog a live forwarder leaves
 
@@ -46,6 +51,7 @@ def _delivery_key(delivery_id: str) -> str:
 _CLAIM = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return false end
 local fence = redis.call('INCR', KEYS[2])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
 local token = fence .. '.' .. ARGV[1]
 redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
 return token
@@ -99,7 +105,9 @@ return 0
 _GRANT = """
 local total = tonumber(redis.call('GET', KEYS[1]) or '0')
 if total + tonumber(ARGV[1]) > tonumber(ARGV[2]) then return {0, total} end
-return {1, redis.call('INCRBY', KEYS[1], ARGV[1])}
+local granted = redis.call('INCRBY', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return {1, granted}
 """
 
 
@@ -139,8 +147,16 @@ class Claim:
         return int(self.token.split(".", 1)[0])
 
 
+# What the sweep looks at: runs a worker holds, pushes waiting for their checks, and
+# green PRs waiting for a merge, a close or a review whose webhook may be lost.
 _IN_FLIGHT = frozenset(
-    {RunState.CLAIMED, RunState.PROVISIONING, RunState.RUNNING, RunState.PUSHED_PENDING}
+    {
+        RunState.CLAIMED,
+        RunState.PROVISIONING,
+        RunState.RUNNING,
+        RunState.PUSHED_PENDING,
+        RunState.PUSHED_GREEN,
+    }
 )
 
 
@@ -161,6 +177,21 @@ def _run_address(repo: str, value: object) -> tuple[IssueRef, int] | None:
         return None
     installation, number, attempt = (int(part) for part in _text(value).split(":"))
     return IssueRef(installation_id=installation, repo=repo, number=number), attempt
+
+
+def _installation_key(app: str, installation_id: int | str, what: str) -> str:
+    return f"{_PREFIX}:app:{app}:installation:{installation_id}:{what}"
+
+
+def _conditional_key(scope: str, url: str) -> str:
+    return f"{_PREFIX}:etag:{scope}:{hashlib.sha256(url.encode()).hexdigest()[:32]}"
+
+
+class CachedToken(NamedTuple):
+    """An installation token as cached, and when it was minted (epoch seconds)."""
+
+    token: str
+    minted_at: float
 
 
 def _run_key(issue: IssueRef, attempt: int) -> str:
@@ -268,22 +299,63 @@ class Store:
         """Remember the App's bot account id, which its noreply commit address carries."""
         self.redis.set(f"{_PREFIX}:app:bot-user-id", user_id)
 
-    def installation_token(self, app: str, installation_id: int) -> str | None:
+    def installation_token(self, app: str, installation_id: int) -> CachedToken | None:
         """Return a cached token of the app's installation that is still comfortably valid.
 
         app names the App and the GitHub it lives on: installation ids are only
         unique within one.
         """
-        value = self.redis.get(f"{_PREFIX}:app:{app}:installation:{installation_id}:token")
-        return str(value) if value is not None else None
+        value = self.redis.get(_installation_key(app, installation_id, "token"))
+        if value is None:
+            return None
+        token, _, minted_at = str(value).partition(" ")
+        return CachedToken(token, float(minted_at or 0))
 
     def cache_installation_token(
-        self, app: str, installation_id: int, token: str, ttl_s: int
+        self, app: str, installation_id: int, token: str, ttl_s: int, minted_at: float
     ) -> None:
         """Cache an installation token for ttl_s seconds (shorter than its life)."""
         if ttl_s > 0:
-            key = f"{_PREFIX}:app:{app}:installation:{installation_id}:token"
-            self.redis.set(key, token, ex=ttl_s)
+            key = _installation_key(app, installation_id, "token")
+            self.redis.set(key, f"{token} {minted_at}", ex=ttl_s)
+
+    def forget_installation_token(self, app: str, installation_id: int) -> None:
+        """Drop an installation's cached token."""
+        self.redis.delete(_installation_key(app, installation_id, "token"))
+
+    def record_rate_limit(self, app: str, installation_id: int, budget: RateBudget) -> None:
+        """Remember what GitHub last said of an installation's hourly request budget."""
+        key = f"{_PREFIX}:app:{app}:rate-limits"  # one field per installation: a bounded set
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(key, str(installation_id), budget.model_dump_json())
+            pipe.expire(key, RATE_LIMITS_TTL_S)
+            pipe.execute()
+
+    def rate_limit(self, app: str, installation_id: int) -> RateBudget | None:
+        """Return an installation's last known request budget, if a response told it."""
+        raw = self.redis.hget(f"{_PREFIX}:app:{app}:rate-limits", str(installation_id))
+        return RateBudget.model_validate_json(raw) if raw is not None else None
+
+    def rate_limits(self, app: str) -> dict[int, RateBudget]:
+        """Return the last known request budget of every installation that has one."""
+        found = self.redis.hgetall(f"{_PREFIX}:app:{app}:rate-limits")
+        return {
+            int(_text(installation)): RateBudget.model_validate_json(raw)
+            for installation, raw in sorted(found.items())
+        }
+
+    def conditional_read(self, scope: str, url: str) -> str | None:
+        """Return what a GET of url answered last, with its ETag (JSON), for a conditional read."""
+        value = self.redis.get(_conditional_key(scope, url))
+        return _text(value) if value is not None else None
+
+    def remember_conditional_read(self, scope: str, url: str, entry: str) -> None:
+        """Keep what a GET of url answered, for its next read to be conditional."""
+        self.redis.set(_conditional_key(scope, url), entry, ex=CONDITIONAL_TTL_S)
+
+    def forget_conditional_read(self, scope: str, url: str) -> None:
+        """Drop a conditional read's entry."""
+        self.redis.delete(_conditional_key(scope, url))
 
     # Claims --------------------------------------------------------------
 
@@ -291,7 +363,7 @@ class Store:
         """Take the issue's lock; None if someone else holds it."""
         token = self._claim(
             keys=[_issue_key(issue, "lock"), _issue_key(issue, "fence")],
-            args=[secrets.token_hex(8), self.lock_ttl_ms],
+            args=[secrets.token_hex(8), self.lock_ttl_ms, RUN_TTL_S],
         )
         return Claim(issue=issue, token=str(token)) if token else None
 
@@ -316,7 +388,11 @@ class Store:
 
     def next_attempt(self, claim: Claim) -> int:
         """Return the number of the next attempt at the claimed issue."""
-        return int(self.redis.incr(_issue_key(claim.issue, "attempts")))
+        key = _issue_key(claim.issue, "attempts")
+        with self.redis.pipeline() as pipe:
+            pipe.incr(key)
+            pipe.expire(key, RUN_TTL_S)
+            return int(pipe.execute()[0])
 
     def save_run(self, run: Run, claim: Claim) -> None:
         """Write a run as the holder of its issue's lock; raise LockLost otherwise."""
@@ -417,17 +493,44 @@ class Store:
         if run.pr_number is not None:
             # The newest attempt on a PR wins: that is the run a review or merge concerns.
             pipe.set(f"{_PREFIX}:pull:{issue.repo}:{run.pr_number}", where, ex=RUN_TTL_S)
-        # What the sweep checks: runs a worker holds, and pushes waiting for their checks.
         if run.state in _IN_FLIGHT:
             pipe.zadd(f"{_PREFIX}:in-flight", {_indexed_issue(issue): run.started_at.timestamp()})
         else:
             pipe.zrem(f"{_PREFIX}:in-flight", _indexed_issue(issue))
 
     def in_flight(self) -> list[IssueRef]:
-        """Return the issues whose latest run is live or waiting for its checks."""
+        """Return the issues whose latest run is live, waiting for its checks, or green."""
         return [issue for issue, _ in self._indexed(f"{_PREFIX}:in-flight")]
 
     # The sweep ------------------------------------------------------------
+
+    def first_notice(self, what: str) -> bool:
+        """Return True the first time in a day that what is noticed (to log it once)."""
+        key = f"{_PREFIX}:notice:{hashlib.sha256(what.encode()).hexdigest()[:32]}"
+        return bool(self.redis.set(key, "1", nx=True, ex=NOTICE_TTL_S))
+
+    def forget_issue(self, issue: IssueRef) -> None:
+        """Drop what Baton keeps to work on an issue that is gone; its run records expire."""
+        member = _indexed_issue(issue)
+        with self.redis.pipeline() as pipe:
+            for index in ("in-flight", "waiting", "halted"):
+                pipe.zrem(f"{_PREFIX}:{index}", member)
+            pipe.zrem(f"{_PREFIX}:slots:{issue.repo}", str(issue.number))
+            pipe.delete(
+                *(
+                    _issue_key(issue, what)
+                    for what in (
+                        "status-comment",
+                        "desired-label",
+                        "label-set",
+                        "queued-text",
+                        "queue-refused",
+                        "extra-continuations",
+                        "chain",
+                    )
+                )
+            )
+            pipe.execute()
 
     def take_sweep_lease(self, holder: str, ttl_ms: int) -> bool:
         """Become the one sweep running now; False while another holds the lease."""
@@ -451,7 +554,7 @@ class Store:
 
     def set_status_comment(self, issue: IssueRef, comment_id: int) -> None:
         """Remember the issue's status comment so it is edited, never posted twice."""
-        self.redis.set(_issue_key(issue, "status-comment"), comment_id)
+        self.redis.set(_issue_key(issue, "status-comment"), comment_id, ex=RUN_TTL_S)
 
     def pull_status_comment(self, repo: str, number: int) -> int | None:
         """Return the id of a pull request's status comment, if one was posted."""
@@ -460,7 +563,7 @@ class Store:
 
     def set_pull_status_comment(self, repo: str, number: int, comment_id: int) -> None:
         """Remember a pull request's status comment so it is edited, never posted twice."""
-        self.redis.set(f"{_PREFIX}:pull:{repo}:{number}:status-comment", comment_id)
+        self.redis.set(f"{_PREFIX}:pull:{repo}:{number}:status-comment", comment_id, ex=RUN_TTL_S)
 
     def comment_lock(self, issue: IssueRef) -> AbstractAsyncContextManager[None]:
         """Hold the issue's comment mutex, so two jobs never edit its comments out of order."""
@@ -557,10 +660,16 @@ class Store:
         Each link then belongs to this chain: an issue runs in one chain at a time.
         """
         key = f"{_PREFIX}:chain:{chain.chain_id}"
-        generation = int(self.redis.hincrby(f"{_PREFIX}:chain-generations", chain.chain_id, 1))
+        with self.redis.pipeline() as pipe:
+            pipe.incr(f"{_PREFIX}:chain-generation:{chain.chain_id}")
+            pipe.expire(f"{_PREFIX}:chain-generation:{chain.chain_id}", RUN_TTL_S)
+            generation = int(pipe.execute()[0])
         saved = chain.model_copy(update={"generation": generation})
         with self.redis.pipeline() as pipe:
             pipe.set(key, saved.model_dump_json(), ex=RUN_TTL_S)
+            # The overview lists chains from this index, never by scanning the keyspace.
+            pipe.zadd(_CHAINS, {chain.chain_id: time.time()})
+            pipe.zremrangebyscore(_CHAINS, "-inf", time.time() - RUN_TTL_S)
             for number in {*chain.links, chain.head}:
                 pipe.set(_issue_key(chain.issue(number), "chain"), chain.chain_id, ex=RUN_TTL_S)
             pipe.execute()
@@ -577,13 +686,10 @@ class Store:
         return None if chain_id is None else self.chain(_text(chain_id))
 
     def chains(self) -> list[Chain]:
-        """Return every recorded chain."""
-        found = []
-        for key in self.redis.scan_iter(match=f"{_PREFIX}:chain:*"):
-            raw = self.redis.get(key)
-            if raw is not None:
-                found.append(Chain.model_validate_json(raw))
-        return found
+        """Return every recorded chain, newest first."""
+        ids = [_text(member) for member in self.redis.zrevrange(_CHAINS, 0, -1)]
+        raws = self.redis.mget([f"{_PREFIX}:chain:{chain_id}" for chain_id in ids]) if ids else []
+        return [Chain.model_validate_json(raw) for raw in raws if raw is not None]
 
     def record_checkpoint(self, issue: IssueRef, attempt: int, sha: str) -> None:
         """Record the agent's work an attempt pushed while it ran."""
@@ -668,7 +774,10 @@ class Store:
         """
         granted, total = cast(
             list[int],
-            self._grant(keys=[_issue_key(issue, "extra-continuations")], args=[continuations, cap]),
+            self._grant(
+                keys=[_issue_key(issue, "extra-continuations")],
+                args=[continuations, cap, RUN_TTL_S],
+            ),
         )
         return bool(granted), int(total)
 
@@ -760,8 +869,8 @@ class Store:
         applies it later knows which labels to take off.
         """
         with self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(_issue_key(issue, "desired-label"), label or "")
-            pipe.set(_issue_key(issue, "label-set"), labels.model_dump_json())
+            pipe.set(_issue_key(issue, "desired-label"), label or "", ex=RUN_TTL_S)
+            pipe.set(_issue_key(issue, "label-set"), labels.model_dump_json(), ex=RUN_TTL_S)
             pipe.execute()
 
     def label_set(self, issue: IssueRef) -> Labels | None:
@@ -866,6 +975,86 @@ class Store:
         return sum(
             1 for raw in raws if raw is not None and Run.model_validate_json(raw).state.is_live
         )
+
+    # Calls per issue ----------------------------------------------------
+
+    def record_state_label(
+        self,
+        issue: IssueRef,
+        label: str | None,
+        labels: Labels,
+        plan: Callable[[str | None, bool, frozenset[str]], tuple[bool, frozenset[str]]],
+    ) -> tuple[bool, frozenset[str]]:
+        """Record label as the issue's desired Baton label, planned from what was recorded.
+
+        plan takes the label desired so far, whether it was applied, and the labels
+        still to take off; it returns whether label is on already and what is to come
+        off now. The whole change is one transaction; its outcome is returned.
+        """
+        desired_key = _issue_key(issue, "desired-label")
+        applied_key = _issue_key(issue, "label-applied")
+        removals_key = _issue_key(issue, "label-removals")
+        outcome: list[tuple[bool, frozenset[str]]] = []
+
+        def change(pipe: redis.client.Pipeline) -> None:
+            before = pipe.get(desired_key)
+            applied = pipe.get(applied_key) != "0"  # unrecorded: applied by an older Baton
+            removals = frozenset(_text(name) for name in pipe.smembers(removals_key))
+            planned = plan(_text(before) or None if before is not None else None, applied, removals)
+            outcome[:] = [planned]
+            pipe.multi()
+            pipe.set(desired_key, label or "")
+            pipe.set(_issue_key(issue, "label-set"), labels.model_dump_json())
+            pipe.set(applied_key, "1" if planned[0] else "0")
+            pipe.delete(removals_key)
+            if planned[1]:
+                pipe.sadd(removals_key, *sorted(planned[1]))
+
+        self.redis.transaction(change, desired_key, applied_key, removals_key)
+        return outcome[0]
+
+    def label_progress(self, issue: IssueRef) -> tuple[bool, frozenset[str]]:
+        """Return whether the desired Baton label is on, and which labels are still to come off."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.get(_issue_key(issue, "label-applied"))
+            pipe.smembers(_issue_key(issue, "label-removals"))
+            applied, removals = pipe.execute()
+        return applied != "0", frozenset(_text(name) for name in removals)
+
+    def label_added(self, issue: IssueRef, label: str) -> None:
+        """Record that label, if still the desired one, is on the issue."""
+        if self.desired_label(issue) == label:
+            self.redis.set(_issue_key(issue, "label-applied"), "1")
+
+    def take_label_removal(self, issue: IssueRef, name: str) -> bool:
+        """Take name off the labels still to come off; False if another job took it first."""
+        return bool(self.redis.srem(_issue_key(issue, "label-removals"), name))
+
+    def return_label_removal(self, issue: IssueRef, name: str) -> None:
+        """Put name back among the labels to come off (taking it off failed)."""
+        self.redis.sadd(_issue_key(issue, "label-removals"), name)
+
+    def status_written(self, repo: str, comment_id: int) -> str | None:
+        """Return the key of what a status comment last said, if Baton recorded it."""
+        value = self.redis.get(f"{_PREFIX}:comment:{repo}:{comment_id}:said")
+        return None if value is None else _text(value)
+
+    def record_status_written(self, repo: str, comment_id: int, key: str) -> None:
+        """Record the key of what a status comment says now."""
+        self.redis.set(f"{_PREFIX}:comment:{repo}:{comment_id}:said", key, ex=RUN_TTL_S)
+
+    def note_check_result(self, repo: str, sha: str) -> None:
+        """Record that a check result for a head came in (it may precede the head's PR)."""
+        self.redis.set(f"{_PREFIX}:checked:{repo}:{sha}", "1", ex=RUN_TTL_S)
+
+    def take_check_result(self, repo: str, sha: str) -> bool:
+        """Return whether a check result for the head came in, forgetting it."""
+        return bool(self.redis.delete(f"{_PREFIX}:checked:{repo}:{sha}"))
+
+    def settle_lock(self, repo: str, sha: str) -> AbstractAsyncContextManager[None]:
+        """Hold the head's settle mutex, so two settlements of one head never run at once."""
+        # Held at most a settle job's timeout (120 s); a waiter gives up after half of it.
+        return self._mutex(f"{_PREFIX}:settling:{repo}:{sha}", 120_000, 60.0)
 
 
 class IntakeLog:

@@ -1,20 +1,28 @@
 """The reconcile sweep: make Baton converge on whatever a crash or a lost webhook left behind.
 
-It runs every few minutes and when a worker starts. Each pass, under a lease so
-that two never overlap:
+The clock runs it every few minutes (and `baton sweep` on demand). Each pass,
+under a lease so that two never overlap:
 
 - a live run whose lock is gone (its worker died) is concluded as orphaned, and
   its recovery (a continuation that inherits the branch and PR, or an escalation)
   goes ahead as for any other ending;
 - a pushed run still waiting for its checks is settled by asking the API, in case
   the check webhook never came;
+- a green PR awaiting review is looked at for what its lost webhooks said: a merge,
+  a close, a review requesting changes, or its issue closed meanwhile;
 - halted issues whose window has reopened are resumed (a lost re-entry);
-- an open issue carrying the queue label that nothing is working on (a missed
-  `labeled` webhook) is picked up, as the login that last added the label, which
-  the job judges as it does a webhook's sender; its text as read then stands for
-  the text the lost event carried;
+- an open issue carrying the queue label that nothing is working on, queued for or
+  waiting for (a missed `labeled` webhook) is picked up, as the login that last
+  added the label, which the job judges as it does a webhook's sender; its text as
+  read then stands for the text the lost event carried;
 - Baton's labels on issues in flight that drifted from their recorded state are
   corrected (an issue a maintainer took every Baton label off is left alone).
+
+Every item is isolated: an issue deleted or transferred, a repository gone, an
+installation suspended or removed ends Baton's work on what it concerns (logged
+once) and the pass goes on with the rest, saying how many it skipped and why. The
+sweep's reads are conditional, so an idle repository costs no rate limit, and an
+installation whose hourly budget runs low is left to its runs until it refills.
 """
 
 from __future__ import annotations
@@ -22,22 +30,30 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from gidgethub import HTTPException
+import aiohttp
+from gidgethub import HTTPException, RateLimitExceeded
 
 from bot.chains import names_a_chain
 from bot.classify import RunFacts
 from bot.config import CONFIG_PATH, InvalidRepoConfig
 from bot.dispatch import queue_chain_job, run_issue_job
 from bot.github import GitHubApp, GitHubClient, github_app
+from bot.gone import disappearance, moved_elsewhere
 from bot.labels import recorded_labels, sync_labels
 from bot.model import IssueRef, Run, RunState, utcnow
+from bot.pacing import sweep_may_spend
 from bot.recovery import Services, conclude, halted_plan, resume
+from bot.settle import settle_issue_closed, settle_pull_closed, settle_review
 from bot.snapshot import snapshot
-from bot.tracker import label_names, load_repo_config, read_issue
+from bot.tracker import label_names, load_repo_config, read_issue, read_pull
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +64,27 @@ WAIT_GRACE = timedelta(minutes=2)
 
 @dataclass
 class SweepReport:
-    """What one pass found and did."""
+    """What one pass found and did, and what it had to leave."""
 
     orphaned: list[str] = field(default_factory=list)
     settled: list[str] = field(default_factory=list)
     resumed: list[str] = field(default_factory=list)
     picked_up: list[str] = field(default_factory=list)
     relabelled: list[str] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)
+    paused: list[str] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)  # why -> how many
 
     def summary(self) -> str:
         """Return one line for the log."""
-        parts = [f"{name} {', '.join(items)}" for name, items in vars(self).items() if items]
+        parts = [
+            f"{name} {', '.join(items)}"
+            for name, items in vars(self).items()
+            if items and isinstance(items, list)
+        ]
+        if self.skipped:
+            why = ", ".join(f"{n} {reason}" for reason, n in sorted(self.skipped.items()))
+            parts.append(f"skipped {self.skipped.total()} ({why})")
         return "; ".join(parts) or "nothing to do"
 
 
@@ -72,12 +98,15 @@ async def sweep(services: Services, now: datetime | None = None) -> SweepReport 
     try:
         report = SweepReport()
         async with github_app(services.settings, store) as app:
-            await _in_flight(services, app, report)
+            for issue in store.in_flight():
+                async with _isolated(services, report, str(issue), issue):
+                    await _in_flight(services, app, issue, report)
             now = now or utcnow()
             for halt in halted_plan(store, now).due:
                 if resume(services, halt):
                     report.resumed.append(str(halt.issue))
-            await _queued_but_idle(services, app, report, now)
+            async with _isolated(services, report, "the App's installations"):
+                await _queued_but_idle(services, app, report, now)
         store.mark("sweep", utcnow())
         log.info("sweep: %s", report.summary())
         return report
@@ -85,25 +114,133 @@ async def sweep(services: Services, now: datetime | None = None) -> SweepReport 
         store.release_sweep_lease(holder)
 
 
-async def _in_flight(services: Services, app: GitHubApp, report: SweepReport) -> None:
+@asynccontextmanager
+async def _isolated(
+    services: Services, report: SweepReport, what: str, issue: IssueRef | None = None
+) -> AsyncIterator[None]:
+    """Keep one item's failure from stopping the pass; end the work on an issue that is gone."""
+    try:
+        yield
+    except RateLimitExceeded as exc:
+        _skip(
+            services,
+            report,
+            what,
+            f"the rate limit is spent until {exc.rate_limit.reset_datetime:%H:%M} UTC",
+        )
+    except HTTPException as exc:
+        gone = disappearance(int(exc.status_code), str(exc))
+        if gone is not None and issue is not None and gone.of_issue:
+            _end_gone(services, issue, gone.why)
+            report.ended.append(str(issue))
+            return
+        why = gone.why if gone is not None else f"GitHub answered {exc.status_code}"
+        _skip(services, report, what, why)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        _skip(services, report, what, f"GitHub could not be reached ({type(exc).__name__})")
+
+
+def _skip(services: Services, report: SweepReport, what: str, why: str) -> None:
+    report.skipped[why] += 1
+    if services.store.first_notice(f"sweep-skip:{what}:{why}"):
+        log.warning("sweep: skipped %s: %s", what, why)
+    else:
+        log.debug("sweep: skipped %s again: %s", what, why)
+
+
+def _end_gone(services: Services, issue: IssueRef, why: str) -> None:
+    """End Baton's work on an issue GitHub no longer has here: its run closes, its state goes."""
+    reason = f"the issue {why}"
+
+    def close(current: Run) -> Run | None:
+        if current.state.is_terminal:
+            return None
+        return current.moved(RunState.CLOSED, utcnow(), note="gone").model_copy(
+            update={"reason": reason}
+        )
+
+    store = services.store
+    run = store.latest_run(issue)
+    if run is not None:
+        if run.state.is_live:
+            store.request_stop(issue)  # its worker stops the agent
+        store.update_run(issue, run.attempt, close)
+    store.forget_issue(issue)
+    log.warning("%s: %s; Baton's work on it ends", issue, reason)
+
+
+async def _in_flight(
+    services: Services, app: GitHubApp, issue: IssueRef, report: SweepReport
+) -> None:
     store, dispatch = services.store, services.dispatch
-    for issue in store.in_flight():
-        run = store.latest_run(issue)
-        if run is None:
-            continue
-        gh = await app.for_installation(issue.installation_id)
-        if run.state.is_live and store.lock_holder(issue) is None:
-            if await _orphaned(services, gh, run):
-                report.orphaned.append(str(issue))
-            continue
-        if run.state is RunState.PUSHED_PENDING and run.head_sha is not None:
-            dispatch.settle_head(issue.installation_id, issue.repo, run.head_sha)
-            report.settled.append(str(issue))
-        if await _relabel(services, gh, issue):
-            report.relabelled.append(str(issue))
+    run = store.latest_run(issue)
+    if run is None:
+        return
+    gh = await app.for_installation(issue.installation_id)
+    if run.state.is_live and store.lock_holder(issue) is None:
+        if await _orphaned(services, gh, run):
+            report.orphaned.append(str(issue))
+        return
+    if run.state is RunState.PUSHED_PENDING and run.head_sha is not None:
+        dispatch.settle_head(issue.installation_id, issue.repo, run.head_sha)
+        report.settled.append(str(issue))
+    data = await read_issue(gh, issue)
+    if (where := moved_elsewhere(issue, data)) is not None:
+        _end_gone(services, issue, f"was transferred to {where}")
+        report.ended.append(str(issue))
+        return
+    if data.get("state") == "closed":
+        await settle_issue_closed(services, issue)  # its closing webhook was lost
+        report.settled.append(str(issue))
+        return
+    if run.state is RunState.PUSHED_GREEN and await _missed_on_pull(services, gh, run):
+        report.settled.append(str(issue))
+        return
+    if await _relabel(services, gh, issue, label_names(data)):
+        report.relabelled.append(str(issue))
 
 
-async def _relabel(services: Services, gh: GitHubClient, issue: IssueRef) -> bool:
+async def _missed_on_pull(services: Services, gh: GitHubClient, run: Run) -> bool:
+    """Settle what a green PR's lost webhooks said: merged, closed, or changes requested."""
+    issue = run.issue
+    if run.pr_number is None:
+        return False
+    pull = await read_pull(gh, issue.repo, run.pr_number)
+    if pull.get("state") == "closed":
+        merged = bool(pull.get("merged"))
+        await settle_pull_closed(services, issue.installation_id, issue.repo, run.pr_number, merged)
+        return True
+    reviews = [
+        review
+        async for review in gh.getiter(
+            "/repos/{+repo}/pulls/{number}/reviews",
+            {"repo": issue.repo, "number": run.pr_number},
+        )
+        if review.get("state") == "CHANGES_REQUESTED" and review.get("commit_id") == run.head_sha
+    ]
+    if not reviews:
+        return False
+    latest = reviews[-1]
+    changed = await settle_review(
+        services,
+        issue.installation_id,
+        issue.repo,
+        run.pr_number,
+        int(latest["id"]),
+        str((latest.get("user") or {}).get("login", "")),
+        _when(latest.get("submitted_at")),
+    )
+    return changed is not None
+
+
+def _when(value: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None
+
+
+async def _relabel(services: Services, gh: GitHubClient, issue: IssueRef, live: set[str]) -> bool:
     """Correct Baton's labels on an issue whose labels drifted from its recorded state.
 
     An issue that carries none of Baton's labels was withdrawn by a maintainer:
@@ -111,7 +248,6 @@ async def _relabel(services: Services, gh: GitHubClient, issue: IssueRef) -> boo
     """
     store = services.store
     labels = recorded_labels(store, services.settings, issue)
-    live = label_names(await read_issue(gh, issue))
     ours = live & labels.states
     desired = store.desired_label(issue)
     if not ours or ours == ({desired} if desired else set()):
@@ -146,48 +282,72 @@ async def _queued_but_idle(
     services: Services, app: GitHubApp, report: SweepReport, now: datetime
 ) -> None:
     """Pick up open issues that carry the queue label while nothing works on or waits for them."""
-    settings = services.settings
+    store = services.store
     # An issue waiting for a window or a run slot has a job due then; one long past its
-    # time lost that job, and is picked up like any other.
-    waiting = {issue for issue, until in services.store.waits() if until > now - WAIT_GRACE}
+    # time lost that job, and is picked up like any other. One with a run job queued,
+    # scheduled or started (a backlog) is already on its way.
+    waiting = {issue for issue, until in store.waits() if until > now - WAIT_GRACE}
+    waiting |= services.dispatch.pending_runs()
     async for installation in app.app_client().getiter("/app/installations"):
         installation_id = int(installation["id"])
-        gh = await app.for_installation(installation_id)
-        async for repo in gh.getiter("/installation/repositories", iterable_key="repositories"):
-            queue_label = await _queue_label(gh, services, repo)
-            url_vars = {"repo": repo["full_name"], "label": queue_label}
-            async for data in gh.getiter(
-                "/repos/{+repo}/issues?state=open&labels={label}", url_vars
-            ):
-                if "pull_request" in data:
-                    continue
-                issue = IssueRef(
-                    installation_id=installation_id,
-                    repo=str(repo["full_name"]),
-                    number=int(data["number"]),
+        what = f"installation {installation_id}"
+        if installation.get("suspended_at"):
+            _skip(services, report, what, "the installation is suspended")
+            continue
+        if not sweep_may_spend(store.rate_limit(app.identity, installation_id), time.time()):
+            report.paused.append(what)  # its runs have the rest of the hour's budget
+            continue
+        async with _isolated(services, report, what):
+            gh = await app.for_installation(installation_id)
+            repos = [
+                repo
+                async for repo in gh.getiter(
+                    "/installation/repositories", iterable_key="repositories"
                 )
-                if issue not in waiting and _idle(services, issue):
-                    # Who put the label on is found and judged by the job, from its events.
-                    queued_by = None
-                    body = data.get("body")
-                    # Its label event was lost with the text it carried: what is read now
-                    # stands for the issue as queued.
-                    text = snapshot(str(data["title"]), body, utcnow(), queued_by, "sweep")
-                    job = (
-                        queue_chain_job(issue, SWEEP_KEY, queued_by, text)
-                        if names_a_chain(body, issue.repo)
-                        else run_issue_job(
-                            settings, issue, SWEEP_KEY, queued_by=queued_by, text=text
-                        )
-                    )
-                    services.dispatch.enqueue([job])
-                    log.info(
-                        "sweep: %s carries %s with nothing working on it: picked up, with its "
-                        "text as read now (the lost label event carried it as queued)",
-                        issue,
-                        queue_label,
-                    )
-                    report.picked_up.append(str(issue))
+            ]
+        for repo in repos:
+            async with _isolated(services, report, str(repo.get("full_name"))):
+                await _idle_in_repo(services, gh, installation_id, repo, waiting, report)
+
+
+async def _idle_in_repo(
+    services: Services,
+    gh: GitHubClient,
+    installation_id: int,
+    repo: dict[str, Any],
+    waiting: set[IssueRef],
+    report: SweepReport,
+) -> None:
+    settings = services.settings
+    queue_label = await _queue_label(gh, services, repo)
+    url_vars = {"repo": repo["full_name"], "label": queue_label}
+    async for data in gh.getiter("/repos/{+repo}/issues?state=open&labels={label}", url_vars):
+        if "pull_request" in data:
+            continue
+        issue = IssueRef(
+            installation_id=installation_id, repo=str(repo["full_name"]), number=int(data["number"])
+        )
+        if issue in waiting or not _idle(services, issue):
+            continue
+        # Who put the label on is found and judged by the job, from its events.
+        queued_by = None
+        body = data.get("body")
+        # Its label event was lost with the text it carried: what is read now
+        # stands for the issue as queued.
+        text = snapshot(str(data["title"]), body, utcnow(), queued_by, "sweep")
+        job = (
+            queue_chain_job(issue, SWEEP_KEY, queued_by, text)
+            if names_a_chain(body, issue.repo)
+            else run_issue_job(settings, issue, SWEEP_KEY, queued_by=queued_by, text=text)
+        )
+        services.dispatch.enqueue([job])
+        log.info(
+            "sweep: %s carries %s with nothing working on it: picked up, with its "
+            "text as read now (the lost label event carried it as queued)",
+            issue,
+            queue_label,
+        )
+        report.picked_up.append(str(issue))
 
 
 async def _queue_label(gh: GitHubClient, services: Services, repo: dict[str, Any]) -> str:

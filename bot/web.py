@@ -416,6 +416,7 @@ async def status_page(request: web.Request) -> web.Response:
             now,
             STATUS_RUNS,
             deployment_warnings(ctx.settings),
+            ctx.settings.app_identity,
         )
     except redis.RedisError as exc:
         log.error("status page: Redis unavailable: %s", exc)

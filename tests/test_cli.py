@@ -152,7 +152,7 @@ def test_malformed_settings_name_the_variable(redis_url: str, name: str, value: 
 def test_status_lists_queues_and_says_when_there_are_no_runs(redis_url: str) -> None:
     result = baton("status", REDIS_URL=redis_url)
     assert result.returncode == 0, result.stderr
-    assert "queues: baton-events 0, baton-maintenance 0, baton-agents 0" in result.stdout
+    assert "queues: baton-events 0, baton-agents 0" in result.stdout
     assert "no runs yet" in result.stdout
 
 

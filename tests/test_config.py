@@ -44,6 +44,7 @@ strict_preflight: true
 escalation_mentions: [octocat, hubot]
 max_concurrent_runs: 2
 required_checks: [test, lint]
+no_checks_after_seconds: 30
 steer_min_role: admin
 setup: [npm ci, "sh -c 'make generate'"]
 labels:
@@ -91,6 +92,7 @@ def test_a_full_file_gives_every_value() -> None:
         escalation_mentions=["octocat", "hubot"],
         max_concurrent_runs=2,
         required_checks=["test", "lint"],
+        no_checks_after_seconds=30,
         steer_min_role="admin",
         setup=["npm ci", "sh -c 'make generate'"],
         labels=LabelsConfig(

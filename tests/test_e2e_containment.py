@@ -158,7 +158,7 @@ async def test_every_escape_fails_and_the_run_still_ends_green(
     assert not {"GITHUB_PRIVATE_KEY_PATH", "GITHUB_WEBHOOK_SECRET", "REDIS_URL"} & set(environment)
     identity = f"{stack.sandbox_env['GITHUB_APP_ID']}@{stack.sandbox_url}"
     token = store.installation_token(identity, 1)
-    assert token is not None and token not in pushed
+    assert token is not None and token.token not in pushed
 
     # Baton's own git honoured nothing the agent set: its mirror is as Baton wrote it, no
     # hook or filter of the agent's ran outside the sandbox, and no push went elsewhere.

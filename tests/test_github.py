@@ -41,7 +41,8 @@ async def test_installation_token_is_minted_once_and_reused(
         if "access_tokens" in call
     ]
     assert minted == [1]
-    assert store.installation_token(app.identity, 1) == first
+    cached = store.installation_token(app.identity, 1)
+    assert cached is not None and cached.token == first
 
 
 async def test_bot_login_is_learnt_from_the_app(app: GitHubApp, store: Store) -> None:

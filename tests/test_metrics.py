@@ -120,7 +120,9 @@ def test_a_malformed_metric_is_refused_with_the_reason(
 def test_baton_metrics_have_distinct_names_and_low_cardinality_labels() -> None:
     names = [metric.name for metric in STORED]
     assert len(names) == len(set(names))
-    forbidden = {"repo", "issue", "number", "delivery", "run_id", "attempt", "installation"}
+    # An installation is a label (each one's rate limit is watched): they are few and
+    # bounded, unlike issues, runs or deliveries, which grow with use.
+    forbidden = {"repo", "issue", "number", "delivery", "run_id", "attempt"}
     for metric in STORED:
         assert not forbidden & set(metric.labels), metric.name
         if metric.type is MetricType.COUNTER:
@@ -264,7 +266,7 @@ def test_stored_counts_render_back_with_zeros_for_unlabelled_counters() -> None:
     tally.count(WEBHOOK_DELIVERIES, "issues", "accepted", by=3)
     tally.count(JOBS, "run_issue", "pushed-pending")
     tally.observe(RUN_DURATION, 42, "pushed-green").observe(RUN_DURATION, 1e6, "pushed-green")
-    tally.set(GITHUB_RATE_LIMIT_REMAINING, 4999)
+    tally.set(GITHUB_RATE_LIMIT_REMAINING, 4999, "7")
     text = render_prometheus(stored_families(applied(tally.updates())))
     found = samples(text)
     assert found[("baton_webhook_deliveries_total", (("event", "issues"), ("outcome", "accepted")))]
@@ -275,14 +277,14 @@ def test_stored_counts_render_back_with_zeros_for_unlabelled_counters() -> None:
     assert found[("baton_run_duration_seconds_bucket", (("le", "60"), *green))] == 1
     assert found[("baton_run_duration_seconds_bucket", (("le", "+Inf"), *green))] == 2
     assert found[("baton_halts_total", ())] == 0  # unlabelled counters start at zero
-    assert found[("baton_github_rate_limit_remaining", ())] == 4999
+    assert found[("baton_github_rate_limit_remaining", (("installation", "7"),))] == 4999
     assert not any(name.startswith("baton_escalations") for name, _ in found)
 
 
 def test_no_gauge_reading_is_no_sample_rather_than_zero() -> None:
     text = render_prometheus(stored_families({}))
     assert "# TYPE baton_github_rate_limit_remaining gauge" in text
-    assert ("baton_github_rate_limit_remaining", ()) not in samples(text)
+    assert not any(n == "baton_github_rate_limit_remaining" for n, _ in samples(text))
 
 
 def test_stored_fields_of_another_shape_are_skipped_and_old_bounds_fold_upwards() -> None:
@@ -381,14 +383,14 @@ def test_agent_usage_observes_only_what_the_agent_reported(tmp_path: Path) -> No
 def test_processes_add_up_in_redis(store: Store) -> None:
     for _ in range(3):  # three processes, each writing its own batch
         tally = Tally().count(ESCALATIONS, "checks-failed").count(HALTS)
-        tally.observe(AGENT_COST, 0.5, "claude").set(GITHUB_RATE_LIMIT_REMAINING, 100)
+        tally.observe(AGENT_COST, 0.5, "claude").set(GITHUB_RATE_LIMIT_REMAINING, 100, "7")
         assert store.add_metrics(tally)
     found = stored_samples(store)
     assert found[("baton_escalations_total", (("failure_class", "checks-failed"),))] == 3
     assert found[("baton_halts_total", ())] == 3
     assert found[("baton_agent_cost_usd_sum", (("agent", "claude"),))] == 1.5
     assert found[("baton_agent_cost_usd_count", (("agent", "claude"),))] == 3
-    assert found[("baton_github_rate_limit_remaining", ())] == 100
+    assert found[("baton_github_rate_limit_remaining", (("installation", "7"),))] == 100
 
 
 def test_metrics_are_best_effort_when_redis_is_gone(caplog: pytest.LogCaptureFixture) -> None:
@@ -477,7 +479,7 @@ async def test_an_app_session_counts_its_api_calls_once_it_ends(
     found = stored_samples(store)
     assert found[("baton_github_api_calls_total", (("method", "GET"), ("status", "2xx")))] == 1
     assert found[("baton_github_api_calls_total", (("method", "GET"), ("status", "4xx")))] == 1
-    assert 0 < found[("baton_github_rate_limit_remaining", ())] < 15000
+    assert 0 < found[("baton_github_rate_limit_remaining", (("installation", "app"),))] < 15000
 
 
 # GET /metrics --------------------------------------------------------------------

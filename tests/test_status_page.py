@@ -20,6 +20,7 @@ from bot.overview import (
     SANDBOX_OFF_WARNING,
     ChainSummary,
     HeldIssue,
+    InstallationBudget,
     LinkSummary,
     Overview,
     RepoSummary,
@@ -28,6 +29,7 @@ from bot.overview import (
     deployment_warnings,
     gather_overview,
 )
+from bot.pacing import RateBudget
 from bot.settings import Settings, SettingsError
 from bot.status_page import render_status_page, render_status_text
 from bot.store import Store
@@ -35,7 +37,7 @@ from bot.web import OPERATOR_COOKIE, create_app
 from tests.conftest import OPERATOR_TOKEN
 
 NOW = datetime(2026, 12, 1, 7, 0, tzinfo=UTC)
-QUEUES = {"baton-events": 0, "baton-maintenance": 1, "baton-agents": 3}
+QUEUES = {"baton-events": 1, "baton-agents": 3}
 
 
 def run(number: int, state: RunState, **fields: Any) -> RunSummary:
@@ -94,6 +96,22 @@ def busy_overview() -> Overview:
                 held_by=4,
             )
         ],
+        budgets=[
+            InstallationBudget(
+                installation_id=1,
+                limit=5000,
+                remaining=4210,
+                resets_at=NOW + timedelta(minutes=20),
+                sweeps_paused=False,
+            ),
+            InstallationBudget(
+                installation_id=2,
+                limit=5000,
+                remaining=312,
+                resets_at=NOW + timedelta(minutes=5),
+                sweeps_paused=True,
+            ),
+        ],
     )
 
 
@@ -118,10 +136,12 @@ def test_page_shows_every_section_with_its_facts() -> None:
     assert "<script" not in page and "src=" not in head and "href=" not in head  # nothing fetched
     assert "as of 2026-12-01 07:00:00 UTC" in page
     cards = shown_text(page[: page.index("<section")])
-    assert (
-        "workers 2 baton-events 0 queued baton-maintenance 1 queued baton-agents 3 queued" in cards
-    )
+    assert "workers 2 baton-events 1 queued baton-agents 3 queued" in cards
     assert "last dispatch 5.0s ago last sweep 3m 00s ago" in cards
+
+    budgets = shown_text(section(page, "budgets"))
+    assert "1 4,210 of 5,000 2026-12-01 07:20 UTC" in budgets
+    assert "2 312 of 5,000 2026-12-01 07:05 UTC sweeps paused" in budgets
 
     repos = section(page, "repositories")
     assert "octo/gadgets" in repos and "paused" in repos
@@ -224,7 +244,7 @@ def test_the_warnings_come_from_the_process_settings(settings: Settings) -> None
 def test_text_lists_the_same_facts_line_by_line() -> None:
     lines = render_status_text(busy_overview(), NOW).splitlines()
     assert lines[:4] == [
-        "queues: baton-events 0, baton-maintenance 1, baton-agents 3",
+        "queues: baton-events 1, baton-agents 3",
         "workers: 2",
         "last dispatch: 2026-12-01 06:59 UTC (5.0s ago)",
         "last sweep: 2026-12-01 06:57 UTC (3m 00s ago)",
@@ -250,7 +270,7 @@ def test_text_warns_first() -> None:
     overview = busy_overview().model_copy(update={"warnings": [SANDBOX_OFF_WARNING]})
     lines = render_status_text(overview, NOW).splitlines()
     assert lines[0] == f"warning: {SANDBOX_OFF_WARNING}"
-    assert lines[1] == "queues: baton-events 0, baton-maintenance 1, baton-agents 3"
+    assert lines[1] == "queues: baton-events 1, baton-agents 3"
 
 
 def test_text_says_when_there_are_no_runs() -> None:
@@ -290,10 +310,28 @@ def test_gather_reads_runs_pauses_holds_windows_and_chains(
     store.record_halt(IssueRef(installation_id=1, repo="octo/widgets", number=7), NOW)
     store.mark("sweep", NOW)
 
-    overview = gather_overview(store, dispatch, NOW, limit=1)
+    store.record_rate_limit(
+        "1@https://api.github.com",
+        7,
+        RateBudget(limit=5000, remaining=900, reset_at=NOW.timestamp() + 60, seen_at=0),
+    )
+
+    overview = gather_overview(
+        store, dispatch, NOW, limit=1, app_identity="1@https://api.github.com"
+    )
+
+    assert overview.budgets == [
+        InstallationBudget(
+            installation_id=7,
+            limit=5000,
+            remaining=900,
+            resets_at=NOW + timedelta(seconds=60),
+            sweeps_paused=True,
+        )
+    ]
 
     assert overview.taken_at == NOW and overview.marks == {"sweep": NOW}
-    assert overview.queues == {"baton-events": 0, "baton-maintenance": 0, "baton-agents": 0}
+    assert overview.queues == {"baton-events": 0, "baton-agents": 0}
     # Within a limit of one recent run, the older live run is listed all the same.
     assert [(r.number, r.state) for r in overview.runs] == [
         (4, RunState.KILLED),

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bot.model import IssueRef, Run, RunState, utcnow
+from bot.model import Chain, IssueRef, Labels, Run, RunState, utcnow
 from bot.store import LockLost, Store
 
 ISSUE = IssueRef(installation_id=1, repo="octo/widgets", number=12)
@@ -125,3 +125,41 @@ def test_waiting_issues_are_indexed_until_they_start(store: Store) -> None:
     ]
     store.clear_wait(ISSUE)
     assert store.waits() == []
+
+
+def test_every_key_an_issue_leaves_expires_or_goes_with_it(store: Store) -> None:
+    """An issue's keys expire with its run records: Redis does not grow with every issue."""
+    claim = store.claim(ISSUE)
+    assert claim is not None
+    run = Run.claimed(ISSUE, store.next_attempt(claim), "baton/issue-12", utcnow())
+    store.save_run(run.model_copy(update={"head_sha": "a" * 40, "pr_number": 3}), claim)
+    store.set_status_comment(ISSUE, 100)
+    store.set_pull_status_comment(ISSUE.repo, 3, 101)
+    store.set_desired_label(ISSUE, "baton:review", Labels())
+    store.grant_budget(ISSUE, 1, 5)
+    store.record_checkpoint(ISSUE, 1, "b" * 40)
+    store.first_queue_refusal(ISSUE)
+    store.save_chain(
+        Chain(installation_id=1, repo=ISSUE.repo, head=12, tracking=False, links=(12,))
+    )
+    store.release(claim)
+    keys = [str(key) for key in store.redis.keys("baton:*")]
+    lasting = [key for key in keys if store.redis.ttl(key) == -1]
+    indexes = {"baton:in-flight", "baton:runs:recent", "baton:chains"}  # trimmed, bounded
+    assert set(lasting) <= indexes, lasting
+
+    store.forget_issue(ISSUE)
+    assert store.status_comment(ISSUE) is None
+    assert store.desired_label(ISSUE) is None
+    assert store.in_flight() == []
+
+
+def test_chains_are_listed_from_their_index_without_scanning_the_keyspace(store: Store) -> None:
+    for head in (1, 2, 3):
+        store.save_chain(
+            Chain(installation_id=1, repo=ISSUE.repo, head=head, tracking=True, links=(head + 10,))
+        )
+    store.redis.set("baton:chain:unrelated-garbage", "not a chain")  # never read
+    store.redis.config_resetstat()
+    assert sorted(chain.head for chain in store.chains()) == [1, 2, 3]
+    assert "cmdstat_scan" not in store.redis.info("commandstats")

@@ -235,7 +235,7 @@ async def test_health_reports_redis_and_queue_depths(client: TestClient) -> None
     assert response.status == 200
     body = await response.json()
     assert body["redis"] == "ok"
-    assert set(body["queues"]) == {"baton-events", "baton-agents", "baton-maintenance"}
+    assert set(body["queues"]) == {"baton-events", "baton-agents"}
 
 
 def test_app_refuses_to_start_without_a_secret(redis_url: str, store: Store) -> None:
