@@ -4,5 +4,7 @@
 REST operations (each declaring, in `permissions`, what it asks of an App installation) and
 the App-manifest registration, `git_http` serves git over HTTP; `refs`, `events` and
 `checks` carry out what GitHub does when branches, issues, pull requests and checks change,
-`ci` runs a repository's `.sandbox/ci`, `webhooks` signs and delivers the events.
+`lifecycle` what it does when issues, repositories and installations are deleted, moved or
+suspended, `ci` runs a repository's `.sandbox/ci` (one check, or a matrix), `calls` counts
+the calls and keeps the rate limits, `webhooks` signs and delivers the events.
 """

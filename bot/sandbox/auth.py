@@ -16,7 +16,8 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from bot.sandbox.rest import bad_credentials
+from bot.sandbox.faults import Faults
+from bot.sandbox.rest import bad_credentials, suspended
 from bot.sandbox.state import State, Token, iso, parse_iso
 
 APP_ID = 1
@@ -68,11 +69,16 @@ class Authenticator:
     """Turn Authorization headers into actors, and mint installation tokens."""
 
     def __init__(
-        self, state: State, key: rsa.RSAPrivateKey, permissions: Mapping[str, str]
+        self,
+        state: State,
+        key: rsa.RSAPrivateKey,
+        permissions: Mapping[str, str],
+        faults: Faults,
     ) -> None:
         self.state = state
         self.public_key = key.public_key()
         self.permissions = dict(permissions)
+        self.faults = faults
 
     def from_header(self, header: str | None, act_as: str | None = None) -> Actor | None:
         """Authenticate an API request; None when it carries no credentials."""
@@ -99,12 +105,22 @@ class Authenticator:
         return self.from_token(password or user)
 
     def from_token(self, token: str, act_as: str | None = None) -> Actor:
-        """Authenticate the admin token or an unexpired installation token."""
+        """Authenticate the admin token or an unexpired token of a current installation.
+
+        A suspended installation's tokens are refused with 403, an uninstalled one's with 401.
+        """
         if secrets.compare_digest(token, self.state.secrets.admin_token):
             return Actor("admin", act_as or ADMIN_LOGIN)
         found = self.state.tokens.get(token)
         if found is None or parse_iso(found.expires_at) <= _now():
             raise bad_credentials()
+        if time.time() - found.minted_at < self.faults.fresh_token_seconds:
+            raise bad_credentials()
+        inst = next((i for i in self.state.installations if i.id == found.installation_id), None)
+        if inst is None:
+            raise bad_credentials()
+        if inst.suspended_at is not None:
+            raise suspended()
         ids = frozenset(found.repository_ids) if found.repository_ids is not None else None
         granted = found.permissions if found.permissions is not None else self.permissions
         return Actor("installation", BOT_LOGIN, found.installation_id, ids, APP_ID, granted)
@@ -154,6 +170,7 @@ class Authenticator:
             expires_at=iso(now + TOKEN_LIFETIME),
             repository_ids=repository_ids,
             permissions=dict(permissions),
+            minted_at=time.time(),
         )
         self.state.tokens[token.token] = token
         return token

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from bot.sandbox import ci, pulls
 from bot.sandbox.auth import CI_APP_ID, CI_BOT_LOGIN
+from bot.sandbox.git_backend import GitError
 from bot.sandbox.hub import Hub
 from bot.sandbox.render import suite_state
 from bot.sandbox.rest import Json
 from bot.sandbox.state import CheckOutput, CheckRun, CheckSuite, Repo, utc_now
 
 log = logging.getLogger(__name__)
+
+# How many checks of one suite run at once (the hub bounds how many suites run at once).
+MATRIX_CONCURRENCY = 4
 
 
 async def _pull_refs(hub: Hub, repo: Repo, sha: str, branch: str | None) -> list[Json]:
@@ -88,7 +93,14 @@ async def announce_completion(hub: Hub, repo: Repo, run: CheckRun, sender: str) 
 
 
 async def start_ci(hub: Hub, repo: Repo, branch: str, before: str, after: str, sender: str) -> None:
-    """Create the CI suite for a newly pushed head and start its run in the background."""
+    """Create the CI suite for a newly pushed head, one queued run per check, and start them.
+
+    A head without `.sandbox/ci` gets no suite at all, as a commit no CI looks at has none
+    on GitHub.
+    """
+    names = await ci.planned_checks(hub.git(repo), after)
+    if not names:
+        return
     suite, new = suite_for(hub, repo, CI_APP_ID, after, branch, before)
     if not new:
         return
@@ -99,40 +111,70 @@ async def start_ci(hub: Hub, repo: Repo, branch: str, before: str, after: str, s
         {"check_suite": await suite_json(hub, repo, suite, webhook=True)},
         "requested",
     )
-    run = CheckRun(
-        id=hub.state.next_id(), suite_id=suite.id, app_id=CI_APP_ID, name="ci", head_sha=after
-    )
-    await create_run(hub, repo, suite, run, CI_BOT_LOGIN)
-    hub.spawn(_run(hub, repo.id, run.id))
+    for name in names:
+        run = CheckRun(
+            id=hub.state.next_id(), suite_id=suite.id, app_id=CI_APP_ID, name=name, head_sha=after
+        )
+        await create_run(hub, repo, suite, run, CI_BOT_LOGIN)
+    hub.spawn(_run_suite(hub, repo.id, suite.id))
 
 
 def resume_ci(hub: Hub) -> None:
-    """Restart the CI runs a previous process left unfinished."""
+    """Restart the CI suites a previous process left unfinished (their unfinished runs)."""
     for repo in hub.state.repos:
-        for run in repo.check_runs:
-            if run.app_id == CI_APP_ID and run.status != "completed":
-                hub.spawn(_run(hub, repo.id, run.id))
+        unfinished = {
+            run.suite_id
+            for run in repo.check_runs
+            if run.app_id == CI_APP_ID and run.status != "completed"
+        }
+        for suite_id in sorted(unfinished):
+            hub.spawn(_run_suite(hub, repo.id, suite_id))
 
 
-async def _run(hub: Hub, repo_id: int, run_id: int) -> None:
+async def _run_suite(hub: Hub, repo_id: int, suite_id: int) -> None:
+    """Check the suite's commit out once and run its unfinished checks, a few at a time."""
     repo = next(r for r in hub.state.repos if r.id == repo_id)
-    run = next(r for r in repo.check_runs if r.id == run_id)
-    git = hub.git(repo)
-    try:
-        if not await ci.has_ci(git, run.head_sha):
-            result = ci.no_ci()
-        else:
-            async with hub.ci_slots:
-                run.status = "in_progress"
-                run.started_at = utc_now()
-                hub.changed()
-                result = await ci.run_ci(git, run.head_sha, hub.ci_timeout)
-    except Exception as exc:
-        log.exception("CI run %s crashed", run_id)
-        result = ci.CiResult("failure", "CI crashed", f"The sandbox could not run CI: {exc}", "")
-    run.status = "completed"
-    run.conclusion = result.conclusion
-    run.completed_at = utc_now()
-    run.output = CheckOutput(title=result.title, summary=result.summary, text=result.text)
-    await announce_completion(hub, repo, run, CI_BOT_LOGIN)
-    hub.changed()
+    runs = [r for r in repo.runs_of(suite_id) if r.status != "completed"]
+    if not runs:
+        return
+    finishing = asyncio.Lock()  # one run at a time completes, so the suite completes once
+
+    async def finish(run: CheckRun, result: ci.CiResult) -> None:
+        async with finishing:
+            run.status = "completed"
+            run.conclusion = result.conclusion
+            run.completed_at = utc_now()
+            run.output = CheckOutput(title=result.title, summary=result.summary, text=result.text)
+            await announce_completion(hub, repo, run, CI_BOT_LOGIN)
+            hub.changed()
+
+    async with hub.ci_slots:
+        try:
+            async with ci.checkout(hub.git(repo), runs[0].head_sha) as work:
+                slots = asyncio.Semaphore(MATRIX_CONCURRENCY)
+
+                async def one(run: CheckRun) -> None:
+                    async with slots:
+                        run.status = "in_progress"
+                        run.started_at = utc_now()
+                        hub.changed()
+                        try:
+                            result = await ci.run_check(work, run.name, hub.ci_timeout)
+                        except Exception as exc:
+                            log.exception("CI run %s crashed", run.id)
+                            result = _crashed(exc)
+                    await finish(run, result)
+
+                await asyncio.gather(*(one(run) for run in runs))
+        except GitError as exc:
+            for run in runs:
+                await finish(run, ci.checkout_failed(str(exc)))
+        except Exception as exc:
+            log.exception("CI suite %s crashed", suite_id)
+            for run in runs:
+                if run.status != "completed":
+                    await finish(run, _crashed(exc))
+
+
+def _crashed(exc: Exception) -> ci.CiResult:
+    return ci.CiResult("failure", "CI crashed", f"The sandbox could not run CI: {exc}", "")

@@ -1,4 +1,10 @@
-"""Run a repository's `.sandbox/ci` in a fresh checkout of one commit."""
+"""Run a repository's `.sandbox/ci` in a fresh checkout of one commit, once per check.
+
+A commit without `.sandbox/ci` has no CI. With it, `.sandbox/checks` (one check name per
+line; blank lines and `#` comments ignored) names a matrix: the script runs once per name
+with SANDBOX_CHECK=<name>, every run in the same checkout. Without that file the commit
+has one check, `ci`.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +15,14 @@ import pathlib
 import signal
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from bot.sandbox.git_backend import GitError, GitRepo, run_git
+from bot.sandbox.git_backend import GitRepo, run_git
 
 CI_PATH = ".sandbox/ci"
+CHECKS_PATH = ".sandbox/checks"
+DEFAULT_CHECK = "ci"
 LOG_LIMIT = 60_000
 # How long to keep reading output after the script exits (its children may hold the pipe).
 DRAIN_SECONDS = 5.0
@@ -29,41 +38,56 @@ class CiResult:
     text: str
 
 
-async def has_ci(git: GitRepo, sha: str) -> bool:
-    """Tell whether a commit carries a CI script."""
-    entry = await git.entry(sha, CI_PATH)
-    return entry is not None and entry.type == "blob"
+async def planned_checks(git: GitRepo, sha: str) -> list[str]:
+    """Name the checks CI runs for a commit: none without a CI script."""
+    script = await git.entry(sha, CI_PATH)
+    if script is None or script.type != "blob":
+        return []
+    listing = await git.entry(sha, CHECKS_PATH)
+    if listing is None or listing.type != "blob":
+        return [DEFAULT_CHECK]
+    lines = (await git.blob(listing.sha)).decode(errors="replace").splitlines()
+    names = [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+    return list(dict.fromkeys(names)) or [DEFAULT_CHECK]
 
 
-def no_ci() -> CiResult:
-    """Return the result for a commit without a CI script."""
-    return CiResult("success", "No CI", "No .sandbox/ci at this head", "")
+@contextlib.asynccontextmanager
+async def checkout(git: GitRepo, sha: str) -> AsyncIterator[pathlib.Path]:
+    """Check `sha` out into a temporary directory for the duration of the block.
 
-
-async def run_ci(git: GitRepo, sha: str, time_limit: float) -> CiResult:
-    """Check `sha` out into a temporary directory and run its CI script there."""
+    Raises GitError when the commit cannot be checked out.
+    """
     with tempfile.TemporaryDirectory(prefix="sandbox-ci-", ignore_cleanup_errors=True) as tmp:
-        root = pathlib.Path(tmp)
-        work = root / "checkout"
-        home = root / "home"
-        home.mkdir()
-        try:
-            await run_git(root, "clone", "--quiet", "--no-checkout", str(git.path), str(work))
-            await run_git(work, "checkout", "--quiet", "--detach", sha)
-        except GitError as exc:
-            return CiResult(
-                "failure", "CI could not start", "Checking out the commit failed.", str(exc)
-            )
+        work = pathlib.Path(tmp) / "checkout"
+        await run_git(
+            pathlib.Path(tmp), "clone", "--quiet", "--no-checkout", str(git.path), str(work)
+        )
+        await run_git(work, "checkout", "--quiet", "--detach", sha)
+        yield work
+
+
+def checkout_failed(reason: str) -> CiResult:
+    """Return the result of a run whose commit could not be checked out."""
+    return CiResult("failure", "CI could not start", "Checking out the commit failed.", reason)
+
+
+async def run_check(work: pathlib.Path, name: str, time_limit: float) -> CiResult:
+    """Run the CI script of a checkout for one check, with a home of its own."""
+    with tempfile.TemporaryDirectory(prefix="sandbox-ci-home-", ignore_cleanup_errors=True) as home:
         env = {
             "PATH": os.environ.get("PATH", os.defpath),
-            "HOME": str(home),
+            "HOME": home,
             "LANG": "C.UTF-8",
             "CI": "true",
+            "SANDBOX_CHECK": name,
         }
-        return await _execute(work, env, time_limit)
+        return await _execute(work, env, time_limit, name)
 
 
-async def _execute(work: pathlib.Path, env: dict[str, str], time_limit: float) -> CiResult:
+async def _execute(
+    work: pathlib.Path, env: dict[str, str], time_limit: float, name: str
+) -> CiResult:
+    script = f"`{CI_PATH}`" if name == DEFAULT_CHECK else f"`SANDBOX_CHECK={name} {CI_PATH}`"
     started = time.monotonic()
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -98,15 +122,11 @@ async def _execute(work: pathlib.Path, env: dict[str, str], time_limit: float) -
     elapsed = time.monotonic() - started
     if code is None:
         return CiResult(
-            "timed_out", "CI timed out", f"`{CI_PATH}` was stopped after {time_limit:g} s.", text
+            "timed_out", "CI timed out", f"{script} was stopped after {time_limit:g} s.", text
         )
     if code == 0:
-        return CiResult(
-            "success", "CI passed", f"`{CI_PATH}` exited 0 after {elapsed:.1f} s.", text
-        )
-    return CiResult(
-        "failure", "CI failed", f"`{CI_PATH}` exited {code} after {elapsed:.1f} s.", text
-    )
+        return CiResult("success", "CI passed", f"{script} exited 0 after {elapsed:.1f} s.", text)
+    return CiResult("failure", "CI failed", f"{script} exited {code} after {elapsed:.1f} s.", text)
 
 
 async def _collect(proc: asyncio.subprocess.Process, log: bytearray) -> None:

@@ -1,4 +1,9 @@
-"""Injected API faults: server errors, secondary rate limits, slow responses."""
+"""Injected API faults: server errors, secondary rate limits, slow responses, fresh tokens.
+
+A fresh-token fault mirrors GitHub's replication lag: for its first `fresh_token_seconds`
+a newly minted installation token is refused with 401 Bad credentials (octokit retries such
+a 401 for a few seconds); the minting call itself, made with the App's JWT, is unaffected.
+"""
 
 from __future__ import annotations
 
@@ -51,6 +56,7 @@ class Faults:
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
         self.rules: list[ApiFault] = []
+        self.fresh_token_seconds = 0.0
 
     def pick(self, method: str, path: str) -> ApiFault | None:
         """Return the first rule that fires for this request, counting its firing."""

@@ -42,7 +42,9 @@ def _refuse(status: int, text: str) -> web.Response:
 async def serve_git(request: web.Request) -> web.StreamResponse:
     """Answer a git client: anonymous reads, authenticated pushes; an App needs `contents`."""
     hub = hub_of(request)
-    repo = hub.repo(request.match_info["owner"], request.match_info["name"])
+    owner, name = request.match_info["owner"], request.match_info["name"]
+    # A renamed repository's former URL keeps working, as GitHub's does for git clients.
+    repo = hub.repo(owner, name) or hub.renamed_repo(owner, name)
     if repo is None:
         return _refuse(404, "Repository not found.")
     tail = request.match_info["tail"]

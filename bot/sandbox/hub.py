@@ -26,7 +26,7 @@ from bot.sandbox.auth import (
     Authenticator,
     load_or_create_key,
 )
-from bot.sandbox.calls import CallCounter
+from bot.sandbox.calls import CallCounter, RateLimits
 from bot.sandbox.faults import Faults
 from bot.sandbox.git_backend import GitRepo, Identity
 from bot.sandbox.render import AppFacts, Render
@@ -35,6 +35,7 @@ from bot.sandbox.rest import (
     Json,
     bad_credentials,
     forbidden_integration,
+    moved,
     not_found,
     or_not_found,
 )
@@ -79,10 +80,13 @@ class Hub:
         self.events = list(manifest.default_events)
         for slug in (APP_SLUG, CI_APP_SLUG):  # every App has its bot account from the start
             self.user(f"{slug}[bot]")
-        self.auth = Authenticator(self.state, load_or_create_key(self.key_path), self.permissions)
         self.rng = random.Random(0)  # noqa: S311 - seeded on purpose: injected faults must repeat
         self.faults = Faults(self.rng)
+        self.auth = Authenticator(
+            self.state, load_or_create_key(self.key_path), self.permissions, self.faults
+        )
         self.calls = CallCounter()
+        self.limits = RateLimits()
         self.webhooks = WebhookSender(
             data_dir, self.state.secrets.webhook_secret, webhook_url, self.rng
         )
@@ -135,6 +139,11 @@ class Hub:
         """Find a repository by owner and name (case-insensitively, as GitHub does)."""
         wanted = f"{owner}/{name}".casefold()
         return next((r for r in self.state.repos if r.full_name.casefold() == wanted), None)
+
+    def renamed_repo(self, owner: str, name: str) -> Repo | None:
+        """Find the repository a former name now belongs to, if it was renamed."""
+        repo_id = self.state.renamed.get(f"{owner}/{name}".casefold())
+        return next((r for r in self.state.repos if r.id == repo_id), None)
 
     def git(self, repo: Repo) -> GitRepo:
         """Return the bare repository behind a repository."""
@@ -197,7 +206,7 @@ class Hub:
         found = self.installation(account)
         if found is None:
             found = Installation(
-                id=len(self.state.installations) + 1, account=account, created_at=utc_now()
+                id=self.state.next_installation_id(), account=account, created_at=utc_now()
             )
             self.state.installations.append(found)
         return found
@@ -219,14 +228,43 @@ class Hub:
     def emit(
         self, repo: Repo, event: str, sender: str, body: Json, action: str | None = None
     ) -> None:
-        """Send a webhook about a repository to the App, as GitHub would."""
-        inst = self.ensure_installation(repo.owner)
+        """Send a webhook about a repository to the App, as GitHub would.
+
+        None goes to an account the App is not installed on, or whose installation is
+        suspended: "the GitHub App cannot access the GitHub API or webhook events for that
+        installation" while it is.
+        """
+        inst = self.installation(repo.owner)
+        if inst is None or inst.suspended_at is not None:
+            return
         payload: Json = {"action": action} if action is not None else {}
         payload.update(body)
         payload["repository"] = self.render.repo(repo, webhook=True, push=event == "push")
         payload["sender"] = self.render.user(sender)
         payload["installation"] = {"id": inst.id, "node_id": node_id("Installation", inst.id)}
         self.webhooks.enqueue(repo.full_name, event, payload, repo.id, inst.id)
+
+    def emit_installation(self, inst: Installation, action: str, sender: str) -> None:
+        """Send an `installation` webhook, which GitHub delivers to every App it concerns."""
+        repositories = [
+            {
+                "id": r.id,
+                "node_id": node_id("Repository", r.id),
+                "name": r.name,
+                "full_name": r.full_name,
+                "private": r.private,
+            }
+            for r in self.state.repos
+            if r.owner == inst.account
+        ]
+        payload: Json = {
+            "action": action,
+            "installation": self.render.installation(inst),
+            "repositories": repositories,
+            "requester": None,
+            "sender": self.render.user(sender),
+        }
+        self.webhooks.enqueue(f"installation/{inst.id}", "installation", payload, None, inst.id)
 
     def repo_for(self, actor: Actor | None, owner: str, name: str, write: bool) -> Repo:
         """Find a repository the actor may read (or write), answering like GitHub otherwise."""
@@ -288,10 +326,22 @@ def login_of(request: web.Request) -> str:
 
 
 def repo_of(request: web.Request, write: bool = False) -> Repo:
-    """Return the repository named in the request path, checking access."""
-    return hub_of(request).repo_for(
-        actor_of(request), request.match_info["owner"], request.match_info["repo"], write
-    )
+    """Return the repository named in the request path, checking access.
+
+    A renamed repository's former name redirects to its new one, as GitHub redirects it,
+    for callers who may read it (others get 404).
+    """
+    hub = hub_of(request)
+    actor = actor_of(request)
+    owner, name = request.match_info["owner"], request.match_info["repo"]
+    renamed = hub.renamed_repo(owner, name) if hub.repo(owner, name) is None else None
+    if renamed is not None:
+        hub.repo_for(actor, renamed.owner, renamed.name, write=False)
+        _, _, _, _, rest = (request.rel_url.raw_path + "/").split("/", 4)
+        path = f"/repos/{renamed.full_name}/{rest}".rstrip("/")
+        query = request.rel_url.raw_query_string
+        raise moved(request.method, hub.public_url + path + (f"?{query}" if query else ""))
+    return hub.repo_for(actor, owner, name, write)
 
 
 def require_role(request: web.Request, repo: Repo, needed: str, what: str) -> None:

@@ -101,6 +101,56 @@ class Maintainer:
         """Point the sandbox's webhooks elsewhere (None: deliver nowhere, as in an outage)."""
         await self.gh.patch("/_sandbox/config", data={"webhook_url": url})
 
+    async def delete_issue(self, repo: str, number: int) -> None:
+        """Delete an issue (GitHub answers 410 Gone for it afterwards; issues.deleted)."""
+        await self.gh.delete(
+            "/_sandbox/repos/{+repo}/issues/{number}", {"repo": repo, "number": number}
+        )
+
+    async def transfer_issue(self, repo: str, number: int, to: str) -> dict[str, Any]:
+        """Move an issue to the owner's repository `to`; return it under its new number."""
+        moved: dict[str, Any] = await self.gh.post(
+            "/_sandbox/repos/{+repo}/issues/{number}/transfer",
+            {"repo": repo, "number": number},
+            data={"repository": to},
+        )
+        return moved
+
+    async def rename_repo(self, repo: str, name: str) -> dict[str, Any]:
+        """Rename a repository (its former name redirects to the new one)."""
+        renamed: dict[str, Any] = await self.gh.patch(
+            "/_sandbox/repos/{+repo}", {"repo": repo}, data={"name": name}
+        )
+        return renamed
+
+    async def delete_repo(self, repo: str) -> None:
+        """Delete a repository."""
+        await self.gh.delete("/_sandbox/repos/{+repo}", {"repo": repo})
+
+    async def suspend_installation(self, installation_id: int, suspended: bool = True) -> None:
+        """Suspend an App's installation (or, suspended=False, lift its suspension)."""
+        url = "/_sandbox/installations/{id}/suspended"
+        if suspended:
+            await self.gh.put(url, {"id": installation_id}, data={})
+        else:
+            await self.gh.delete(url, {"id": installation_id})
+
+    async def uninstall(self, installation_id: int) -> None:
+        """Remove the App from an account (GitHub sends installation.deleted)."""
+        await self.gh.delete("/_sandbox/installations/{id}", {"id": installation_id})
+
+    async def set_rate_limit(self, limit: int) -> None:
+        """Give every installation `limit` requests an hour (GitHub's default is 5,000)."""
+        await self.gh.patch("/_sandbox/config", data={"rate_limit": limit})
+
+    async def reset_rate_limits(self) -> None:
+        """Give every installation and App its whole rate limit back."""
+        await self.gh.delete("/_sandbox/rate-limits")
+
+    async def delay_fresh_tokens(self, seconds: float) -> None:
+        """Refuse installation tokens for their first `seconds` (0: accept them at once)."""
+        await self.gh.post("/_sandbox/faults", data={"fresh_token_seconds": seconds})
+
     async def open_issue(self, repo: str, title: str, body: str) -> dict[str, Any]:
         """Open an issue."""
         issue: dict[str, Any] = await self.gh.post(

@@ -1,13 +1,16 @@
-"""Request middleware: authentication, App permissions, faults, call counts, rate limits, saves."""
+"""Request middleware: authentication, rate limits, App permissions, faults, ETags, call counts."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from http import HTTPStatus
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from bot.sandbox.auth import ACT_AS_HEADER, Actor
+from bot.sandbox.calls import Budget, rate_limited
 from bot.sandbox.hub import ACTOR, hub_of
 from bot.sandbox.permissions import requirement_of
 from bot.sandbox.rest import ApiError, bad_credentials, forbidden_integration, not_found
@@ -18,6 +21,7 @@ ADMIN_PREFIX = "/_sandbox/"
 GIT_ROUTE = "git-http"
 PAGE_ROUTE = "html-page"
 ACCEPTED_PERMISSIONS = "X-Accepted-GitHub-Permissions"
+RATE_LIMIT_PATH = "/rate_limit"
 
 
 @web.middleware
@@ -30,19 +34,29 @@ async def sandbox_middleware(request: web.Request, handler: Handler) -> web.Stre
         return await handler(request)
     hub = hub_of(request)
     admin = request.path.startswith(ADMIN_PREFIX)
-    kind = "anonymous"
+    # "Accessing this endpoint does not count against your REST API rate limit."
+    free = request.path == RATE_LIMIT_PATH
+    actor: Actor | None = None
+    budget: Budget | None = None
+    spent = False
     try:
         actor = hub.auth.from_header(
             request.headers.get("Authorization"), request.headers.get(ACT_AS_HEADER)
         )
         request[ACTOR] = actor
-        kind = actor.kind if actor is not None else "anonymous"
-        if admin and kind != "admin":
+        if admin and (actor is None or actor.kind != "admin"):
             raise bad_credentials()
+        budget = hub.limits.budget_of(actor) if not admin else None
+        if actor is not None and budget is not None and not free:
+            if budget.exhausted():
+                raise rate_limited(actor, budget)
+            # Spent before serving, so concurrent calls cannot overdraw the budget.
+            budget.spend()
+            spent = True
         accepted = _check_permissions(request, actor) if not admin else None
         if not admin:
             await hub.faults.apply(request.method, request.path)
-        response = await handler(request)
+        response = _conditional(request, await handler(request))
         if accepted:
             response.headers[ACCEPTED_PERMISSIONS] = accepted
     except ApiError as err:
@@ -56,18 +70,39 @@ async def sandbox_middleware(request: web.Request, handler: Handler) -> web.Stre
         if request.method != "GET":
             hub.changed()
     if not admin:
-        hub.calls.count(kind, request.method, _template(request))
-        rate = hub.calls.rate(kind)
-        response.headers.update(
-            {
-                "X-RateLimit-Limit": str(rate["limit"]),
-                "X-RateLimit-Remaining": str(rate["remaining"]),
-                "X-RateLimit-Reset": str(rate["reset"]),
-                "X-RateLimit-Used": str(rate["used"]),
-                "X-RateLimit-Resource": "core",
-            }
-        )
+        kind = actor.kind if actor is not None else "anonymous"
+        inst = actor.installation_id if actor is not None else None
+        not_modified = response.status == HTTPStatus.NOT_MODIFIED
+        hub.calls.count(kind, inst, request.method, _template(request), not_modified)
+        if budget is not None:
+            if spent and not_modified:
+                budget.refund()
+            response.headers.update(budget.headers())
     return response
+
+
+def _conditional(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+    """Tag a successful read with an ETag; answer 304 when the client already holds it.
+
+    GitHub: "Most endpoints return an etag header ... You can use the values of these
+    headers to make conditional GET requests"; a 304 carries no body.
+    """
+    if (
+        request.method != "GET"
+        or response.status != HTTPStatus.OK
+        or not isinstance(response, web.Response)
+        or not isinstance(response.body, bytes)
+    ):
+        return response
+    etag = f'W/"{hashlib.sha256(response.body).hexdigest()[:40]}"'
+    response.headers["ETag"] = etag
+    held = {
+        tag.strip().removeprefix("W/")
+        for tag in request.headers.get("If-None-Match", "").split(",")
+    }
+    if etag.removeprefix("W/") not in held and "*" not in held:
+        return response
+    return web.Response(status=HTTPStatus.NOT_MODIFIED, headers={"ETag": etag})
 
 
 def _check_permissions(request: web.Request, actor: Actor | None) -> str | None:

@@ -167,8 +167,8 @@ class Render:
             "single_file_name": None,
             "has_multiple_single_files": False,
             "single_file_paths": [],
-            "suspended_by": None,
-            "suspended_at": None,
+            "suspended_by": self.user(inst.suspended_by) if inst.suspended_by else None,
+            "suspended_at": inst.suspended_at,
         }
 
     def repo(self, repo: Repo, *, webhook: bool = False, push: bool = False) -> Json:

@@ -29,16 +29,21 @@ class ApiError(Exception):
         message: str,
         errors: list[Any] | None = None,
         headers: dict[str, str] | None = None,
+        documentation_url: str = DOCS,
+        extra: Json | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.errors = errors
         self.headers = headers or {}
+        self.documentation_url = documentation_url
+        self.extra = extra or {}
 
     def response(self) -> web.Response:
         """Render the error as GitHub's JSON error body."""
-        body: Json = {"message": self.message, "documentation_url": DOCS}
+        body: Json = {"message": self.message, **self.extra}
+        body["documentation_url"] = self.documentation_url
         if self.errors is not None:
             body["errors"] = self.errors
         return json_response(body, status=self.status, headers=self.headers)
@@ -47,6 +52,19 @@ class ApiError(Exception):
 def not_found() -> ApiError:
     """Return GitHub's 404."""
     return ApiError(404, "Not Found")
+
+
+def moved(method: str, location: str) -> ApiError:
+    """Return GitHub's redirect to where a resource went: 301 for reads, 307 for the rest.
+
+    GitHub redirects requests to a renamed repository (307 keeps a write's method and body)
+    and to a transferred issue.
+    """
+    if method in ("GET", "HEAD"):
+        status, message = 301, "Moved Permanently"
+    else:
+        status, message = 307, "Temporary Redirect"
+    return ApiError(status, message, headers={"Location": location}, extra={"url": location})
 
 
 def or_not_found(value: T | None) -> T:
@@ -59,6 +77,11 @@ def or_not_found(value: T | None) -> T:
 def bad_credentials() -> ApiError:
     """Return GitHub's 401."""
     return ApiError(401, "Bad credentials")
+
+
+def suspended() -> ApiError:
+    """Return GitHub's 403 for a suspended installation."""
+    return ApiError(403, "This installation has been suspended")
 
 
 def forbidden_integration() -> ApiError:
@@ -77,6 +100,22 @@ def custom_invalid(resource: str, message: str) -> ApiError:
     """Return a 422 with a free-text error, as GitHub does for business rules."""
     return ApiError(
         422, "Validation Failed", [{"resource": resource, "code": "custom", "message": message}]
+    )
+
+
+def name_taken() -> ApiError:
+    """Return GitHub's 422 for a repository name the account already uses."""
+    return ApiError(
+        422,
+        "Repository creation failed.",
+        [
+            {
+                "resource": "Repository",
+                "code": "custom",
+                "field": "name",
+                "message": "name already exists on this account",
+            }
+        ],
     )
 
 

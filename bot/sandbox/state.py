@@ -50,6 +50,8 @@ class Installation(BaseModel):
     account: str
     created_at: str
     app_id: int = 1  # auth.APP_ID, the sandbox's own Baton App
+    suspended_at: str | None = None
+    suspended_by: str | None = None
 
 
 class Token(BaseModel):
@@ -61,6 +63,7 @@ class Token(BaseModel):
     repository_ids: list[int] | None = None
     # None only in state written before tokens recorded their permissions: the App's own.
     permissions: dict[str, str] | None = None
+    minted_at: float = 0.0  # epoch seconds (0: written before tokens recorded it)
 
 
 class RegisteredApp(BaseModel):
@@ -173,6 +176,13 @@ class Pull(BaseModel):
     review_comments: list[ReviewComment] = Field(default_factory=list)
 
 
+class GoneIssue(BaseModel):
+    """An issue number that no longer holds an issue: deleted, or transferred elsewhere."""
+
+    repository_id: int | None = None  # where a transferred issue went; None: deleted
+    number: int | None = None
+
+
 class Issue(BaseModel):
     """An issue; a pull request is an issue with `pull` set, as on GitHub."""
 
@@ -259,6 +269,7 @@ class Repo(BaseModel):
     pushed_at: str
     labels: list[Label] = Field(default_factory=list)
     issues: dict[int, Issue] = Field(default_factory=dict)
+    gone_issues: dict[int, GoneIssue] = Field(default_factory=dict)
     check_suites: list[CheckSuite] = Field(default_factory=list)
     check_runs: list[CheckRun] = Field(default_factory=list)
     statuses: list[CommitStatus] = Field(default_factory=list)
@@ -275,8 +286,8 @@ class Repo(BaseModel):
         return next((lb for lb in self.labels if lb.name.casefold() == wanted), None)
 
     def next_number(self) -> int:
-        """Return the next issue/pull request number (one sequence for both)."""
-        return max(self.issues, default=0) + 1
+        """Return the next issue/pull request number (one sequence for both, never reused)."""
+        return max((*self.issues, *self.gone_issues), default=0) + 1
 
     def find_comment(self, comment_id: int) -> tuple[Issue, Comment] | None:
         """Find an issue comment and the issue it belongs to."""
@@ -310,7 +321,10 @@ class State(BaseModel):
     last_id: int = 0
     users: dict[str, User] = Field(default_factory=dict)
     installations: list[Installation] = Field(default_factory=list)
+    last_installation_id: int = 0
     repos: list[Repo] = Field(default_factory=list)
+    # Former `owner/name` (casefolded) of renamed repositories -> the repository's id.
+    renamed: dict[str, int] = Field(default_factory=dict)
     tokens: dict[str, Token] = Field(default_factory=dict)
     apps: list[RegisteredApp] = Field(default_factory=list)
     manifest_codes: dict[str, ManifestCode] = Field(default_factory=dict)
@@ -319,6 +333,14 @@ class State(BaseModel):
         """Allocate a fresh object id."""
         self.last_id += 1
         return self.last_id
+
+    def next_installation_id(self) -> int:
+        """Allocate an installation id (1, 2, ...; never one an uninstalled App had)."""
+        self.last_installation_id = max(
+            self.last_installation_id, *(i.id for i in self.installations), 0
+        )
+        self.last_installation_id += 1
+        return self.last_installation_id
 
 
 class StateFile:

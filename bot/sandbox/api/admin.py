@@ -1,15 +1,24 @@
-"""Test and operator endpoints under /_sandbox/ (admin token only)."""
+"""Test and operator endpoints under /_sandbox/ (admin token only).
+
+Besides deliveries, faults, call counts and configuration, they do what a maintainer or
+GitHub itself does outside the REST API an App sees, with GitHub's effects (lifecycle):
+delete or transfer an issue, rename or delete a repository, suspend, unsuspend or remove
+an App's installation.
+"""
 
 from __future__ import annotations
 
 from typing import Literal
 
 from aiohttp import web
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from bot.sandbox import lifecycle
+from bot.sandbox.api.apps import REPO_NAME
 from bot.sandbox.faults import ApiFault
-from bot.sandbox.hub import Hub, hub_of
-from bot.sandbox.rest import json_response, or_not_found, read_body, read_json
+from bot.sandbox.hub import Hub, hub_of, login_of
+from bot.sandbox.rest import int_param, json_response, or_not_found, read_body, read_json
+from bot.sandbox.state import Installation, Issue, Repo
 from bot.sandbox.webhooks import Delivery, WebhookFaults
 
 routes = web.RouteTableDef()
@@ -22,6 +31,7 @@ class FaultsBody(BaseModel):
 
     seed: int | None = None
     webhooks: WebhookFaults | None = None
+    fresh_token_seconds: float | None = Field(default=None, ge=0)
 
 
 class CollaboratorBody(BaseModel):
@@ -31,9 +41,22 @@ class CollaboratorBody(BaseModel):
 
 
 class ConfigBody(BaseModel):
-    """Body of PATCH /_sandbox/config."""
+    """Body of PATCH /_sandbox/config: the fields it names change."""
 
-    webhook_url: str | None
+    webhook_url: str | None = None
+    rate_limit: int | None = Field(default=None, ge=1)
+
+
+class TransferBody(BaseModel):
+    """Body of POST /_sandbox/repos/{owner}/{repo}/issues/{issue_number}/transfer."""
+
+    repository: str  # a repository of the same owner, by name
+
+
+class RenameBody(BaseModel):
+    """Body of PATCH /_sandbox/repos/{owner}/{repo}."""
+
+    name: str = Field(pattern=REPO_NAME)
 
 
 @routes.get("/_sandbox/deliveries")
@@ -79,13 +102,14 @@ def _faults_response(hub: Hub) -> web.Response:
         {
             "api": [rule.model_dump() for rule in hub.faults.rules],
             "webhooks": hub.webhooks.faults.model_dump(),
+            "fresh_token_seconds": hub.faults.fresh_token_seconds,
         }
     )
 
 
 @routes.post("/_sandbox/faults")
 async def add_faults(request: web.Request) -> web.Response:
-    """Add an API fault rule, set webhook faults, and/or reseed the fault generator."""
+    """Add an API fault rule, set webhook or fresh-token faults, and/or reseed the faults."""
     hub = hub_of(request)
     data = await read_json(request)
     body = await read_body(request, FaultsBody, "Fault")
@@ -93,6 +117,8 @@ async def add_faults(request: web.Request) -> web.Response:
         hub.faults.rules.append(await read_body(request, ApiFault, "Fault"))
     if body.webhooks is not None:
         hub.webhooks.faults = body.webhooks
+    if body.fresh_token_seconds is not None:
+        hub.faults.fresh_token_seconds = body.fresh_token_seconds
     if body.seed is not None:
         hub.rng.seed(body.seed)
     return _faults_response(hub)
@@ -109,13 +135,14 @@ async def clear_faults(request: web.Request) -> web.Response:
     """Remove every fault."""
     hub = hub_of(request)
     hub.faults.rules.clear()
+    hub.faults.fresh_token_seconds = 0.0
     hub.webhooks.faults = WebhookFaults()
     return web.Response(status=204)
 
 
 @routes.get("/_sandbox/calls")
 async def get_calls(request: web.Request) -> web.Response:
-    """Count REST API calls by caller kind and `METHOD path-template`."""
+    """Count REST API calls by caller kind and `METHOD path-template`, and per installation."""
     return json_response(hub_of(request).calls.snapshot())
 
 
@@ -123,6 +150,13 @@ async def get_calls(request: web.Request) -> web.Response:
 async def reset_calls(request: web.Request) -> web.Response:
     """Forget the counted calls."""
     hub_of(request).calls.reset()
+    return web.Response(status=204)
+
+
+@routes.delete("/_sandbox/rate-limits")
+async def reset_rate_limits(request: web.Request) -> web.Response:
+    """Give every installation and App its whole rate limit back."""
+    hub_of(request).limits.reset()
     return web.Response(status=204)
 
 
@@ -145,13 +179,91 @@ async def get_config(request: web.Request) -> web.Response:
 
 
 def _config_response(hub: Hub) -> web.Response:
-    return json_response({"webhook_url": hub.webhooks.url})
+    return json_response(
+        {"webhook_url": hub.webhooks.url, "rate_limit": hub.limits.installation_limit}
+    )
 
 
 @routes.patch("/_sandbox/config")
 async def update_config(request: web.Request) -> web.Response:
-    """Change the runtime configuration (the webhook URL)."""
+    """Change the runtime configuration: the webhook URL, installations' hourly rate limit."""
     hub = hub_of(request)
     body = await read_body(request, ConfigBody, "Config")
-    hub.webhooks.url = body.webhook_url
+    if "webhook_url" in body.model_fields_set:
+        hub.webhooks.url = body.webhook_url
+    if body.rate_limit is not None:
+        hub.limits.installation_limit = body.rate_limit
     return _config_response(hub)
+
+
+def _repo(request: web.Request) -> Repo:
+    hub = hub_of(request)
+    return or_not_found(hub.repo(request.match_info["owner"], request.match_info["repo"]))
+
+
+def _issue(request: web.Request, repo: Repo) -> Issue:
+    return or_not_found(repo.issues.get(int_param(request, "issue_number")))
+
+
+def _installation(request: web.Request) -> Installation:
+    wanted = int_param(request, "installation_id")
+    found = (i for i in hub_of(request).state.installations if i.id == wanted)
+    return or_not_found(next(found, None))
+
+
+@routes.delete("/_sandbox/repos/{owner}/{repo}/issues/{issue_number}")
+async def delete_issue(request: web.Request) -> web.Response:
+    """Delete an issue, as a repository admin can on GitHub."""
+    repo = _repo(request)
+    lifecycle.delete_issue(hub_of(request), repo, _issue(request, repo), login_of(request))
+    return web.Response(status=204)
+
+
+@routes.post("/_sandbox/repos/{owner}/{repo}/issues/{issue_number}/transfer")
+async def transfer_issue(request: web.Request) -> web.Response:
+    """Transfer an issue to another repository of the same owner; answer the moved issue."""
+    hub = hub_of(request)
+    repo = _repo(request)
+    issue = _issue(request, repo)
+    body = await read_body(request, TransferBody, "Issue")
+    target = or_not_found(hub.repo(repo.owner, body.repository))
+    moved = await lifecycle.transfer_issue(hub, repo, issue, target, login_of(request))
+    return json_response(hub.render.issue(target, moved), status=201)
+
+
+@routes.patch("/_sandbox/repos/{owner}/{repo}")
+async def rename_repo(request: web.Request) -> web.Response:
+    """Rename a repository; answer it under its new name."""
+    hub = hub_of(request)
+    repo = _repo(request)
+    body = await read_body(request, RenameBody, "Repository")
+    await lifecycle.rename_repo(hub, repo, body.name)
+    return json_response(hub.render.repo(repo))
+
+
+@routes.delete("/_sandbox/repos/{owner}/{repo}")
+async def delete_repo(request: web.Request) -> web.Response:
+    """Delete a repository."""
+    await lifecycle.delete_repo(hub_of(request), _repo(request))
+    return web.Response(status=204)
+
+
+@routes.put("/_sandbox/installations/{installation_id}/suspended")
+async def suspend_installation(request: web.Request) -> web.Response:
+    """Suspend an installation (GitHub's PUT /app/installations/{id}/suspended)."""
+    lifecycle.suspend(hub_of(request), _installation(request), login_of(request))
+    return web.Response(status=204)
+
+
+@routes.delete("/_sandbox/installations/{installation_id}/suspended")
+async def unsuspend_installation(request: web.Request) -> web.Response:
+    """Lift an installation's suspension."""
+    lifecycle.unsuspend(hub_of(request), _installation(request), login_of(request))
+    return web.Response(status=204)
+
+
+@routes.delete("/_sandbox/installations/{installation_id}")
+async def uninstall(request: web.Request) -> web.Response:
+    """Remove the App from an account (GitHub's DELETE /app/installations/{id})."""
+    lifecycle.uninstall(hub_of(request), _installation(request), login_of(request))
+    return web.Response(status=204)

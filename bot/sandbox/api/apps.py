@@ -6,6 +6,7 @@ from aiohttp import web
 from pydantic import BaseModel, Field
 
 from bot.sandbox.auth import Actor
+from bot.sandbox.calls import DEFAULT_RATE_LIMIT, Budget
 from bot.sandbox.hub import Hub, actor_of, hub_of
 from bot.sandbox.permissions import Level, Permission, requires_no_permission
 from bot.sandbox.rest import (
@@ -15,9 +16,11 @@ from bot.sandbox.rest import (
     forbidden_integration,
     int_param,
     json_response,
+    name_taken,
     or_not_found,
     paginate,
     read_body,
+    suspended,
 )
 from bot.sandbox.state import Installation, Label, Repo, utc_now
 
@@ -35,7 +38,7 @@ DEFAULT_LABELS = [
     ("question", "d876e3", "Further information is requested"),
     ("wontfix", "ffffff", "This will not be worked on"),
 ]
-_REPO_NAME = r"[A-Za-z0-9_.-]+"
+REPO_NAME = r"^[A-Za-z0-9_.-]+$"
 
 
 def require_app(request: web.Request) -> tuple[Hub, int]:
@@ -91,6 +94,8 @@ async def create_access_token(request: web.Request) -> web.Response:
     """Mint an installation access token, optionally limited to repositories and permissions."""
     hub, app_id = require_app(request)
     inst = installation_of(request, hub, app_id)
+    if inst.suspended_at is not None:
+        raise suspended()
     body = await read_body(request, AccessTokenBody, "InstallationAccessToken")
     granted = hub.app_facts(app_id).permissions
     if body.permissions is not None and not all(
@@ -176,11 +181,12 @@ async def get_user(request: web.Request) -> web.Response:
 @routes.get("/rate_limit")
 @requires_no_permission("anyone")
 async def rate_limit(request: web.Request) -> web.Response:
-    """Report the caller's rate limit (generous and never enforced)."""
+    """Report the caller's primary rate limit, as GitHub does (this call costs nothing)."""
     hub = hub_of(request)
-    actor = actor_of(request)
-    core = hub.calls.rate(actor.kind if actor else "anonymous")
-    other = {"limit": 5000, "remaining": 5000, "reset": core["reset"], "used": 0}
+    budget = hub.limits.budget_of(actor_of(request))
+    unlimited = Budget(DEFAULT_RATE_LIMIT)
+    core = (budget or unlimited).figures()
+    other = {**unlimited.figures(), "reset": core["reset"]}
     return json_response(
         {"resources": {"core": core, "search": other, "graphql": other}, "rate": core}
     )
@@ -189,7 +195,7 @@ async def rate_limit(request: web.Request) -> web.Response:
 class CreateRepoBody(BaseModel):
     """Body of POST /user/repos."""
 
-    name: str = Field(pattern=_REPO_NAME)
+    name: str = Field(pattern=REPO_NAME)
     description: str | None = None
     private: bool = False
     auto_init: bool = False
@@ -205,18 +211,7 @@ async def create_repo(request: web.Request) -> web.Response:
     assert actor.login is not None
     body = await read_body(request, CreateRepoBody, "Repository")
     if hub.repo(actor.login, body.name) is not None:
-        raise ApiError(
-            422,
-            "Repository creation failed.",
-            [
-                {
-                    "resource": "Repository",
-                    "code": "custom",
-                    "field": "name",
-                    "message": "name already exists on this account",
-                }
-            ],
-        )
+        raise name_taken()
     now = utc_now()
     repo = Repo(
         id=hub.state.next_id(),

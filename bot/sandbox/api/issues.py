@@ -9,10 +9,18 @@ from aiohttp import web
 from pydantic import BaseModel, Field, RootModel, field_validator
 
 from bot.sandbox import events
-from bot.sandbox.hub import Hub, has_role, hub_of, login_of, repo_of, require_role
+from bot.sandbox.hub import Hub, actor_of, has_role, hub_of, login_of, repo_of, require_role
 from bot.sandbox.permissions import read, requires, write
 from bot.sandbox.render import REACTIONS
-from bot.sandbox.rest import ApiError, int_param, json_response, or_not_found, paginate, read_body
+from bot.sandbox.rest import (
+    ApiError,
+    int_param,
+    json_response,
+    moved,
+    or_not_found,
+    paginate,
+    read_body,
+)
 from bot.sandbox.state import Comment, Issue, Reaction, Repo, utc_now
 
 routes = web.RouteTableDef()
@@ -91,8 +99,27 @@ class ReactionBody(BaseModel):
 
 
 def issue_of(request: web.Request, repo: Repo) -> Issue:
-    """Return the issue named in the path, or answer 404."""
-    return or_not_found(repo.issues.get(int_param(request, "issue_number")))
+    """Return the issue named in the path, answering as GitHub does when there is none.
+
+    A deleted issue's URLs answer 410 Gone; a transferred one's redirect to it, for callers
+    who may read its new repository ("If the issue was transferred to a repository where
+    the authenticated user has read access, a 301 Moved Permanently status is returned"),
+    and answer 404 to the others.
+    """
+    number = int_param(request, "issue_number")
+    issue = repo.issues.get(number)
+    if issue is not None:
+        return issue
+    gone = or_not_found(repo.gone_issues.get(number))
+    if gone.repository_id is None:
+        raise ApiError(410, "This issue was deleted")
+    hub = hub_of(request)
+    target = or_not_found(next((r for r in hub.state.repos if r.id == gone.repository_id), None))
+    hub.repo_for(actor_of(request), target.owner, target.name, write=False)
+    rest = request.rel_url.raw_path.split(f"/issues/{number}", 1)[1]
+    query = request.rel_url.raw_query_string
+    location = f"{hub.render.repo_api(target)}/issues/{gone.number}{rest}"
+    raise moved(request.method, location + (f"?{query}" if query else ""))
 
 
 def comment_of(request: web.Request, repo: Repo) -> tuple[Issue, Comment]:
