@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -42,12 +42,12 @@ from bot.dispatch import RunMode, run_issue_job
 from bot.github import GitHubApp, GitHubClient, github_app
 from bot.labels import recorded_labels, set_state_label
 from bot.model import Chain, IssueRef, Run, RunState, utcnow
-from bot.recovery import Services, conclude, post_status
+from bot.recovery import Services, conclude, policy_of, post_status
 from bot.settings import Settings
 from bot.snapshot import Snapshot, queue, snapshot
 from bot.standing import queued_by_a_steerer, standing_of
 from bot.store import Store
-from bot.tracker import label_names, load_repo_config, read_issue
+from bot.tracker import label_names, load_repo_config, read_issue, read_repository
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ async def queue_chain(
         if text is not None:
             data = {**data, "title": text.title, "body": text.body}
         labels = label_names(data)
-        repo = await gh.getitem("/repos/{+repo}", {"repo": issue.repo})
+        repo = await read_repository(gh, store, issue.repo)
         ours = settings.labels  # until the repository's file names its own
         judged = False  # whether who queued it was judged by the repository's rule
         try:
@@ -242,7 +242,7 @@ async def _restack(
         return  # nothing built on the link yet
     if not merged and first.base_sha == moved.head_sha:
         return  # already on the link's tip
-    repo = await gh.getitem("/repos/{+repo}", {"repo": chain.repo})
+    repo = await read_repository(gh, services.store, chain.repo)
     clone_url = str(repo["clone_url"])
     token = await app.installation_token(chain.installation_id)
     workspace = services.workspace
@@ -262,6 +262,11 @@ async def _restack(
             await _conflicted(services, gh, run, target, rebased.conflicts)
             break
         store.update_run(run.issue, run.attempt, _restacked(target, onto, rebased.tip))
+        # The new head is settled by its checks' events; one that no CI runs on sends none.
+        wait_s = policy_of(services, run).no_checks_after_s
+        services.dispatch.settle_head_at(
+            chain.installation_id, chain.repo, rebased.tip, utcnow() + timedelta(seconds=wait_s)
+        )
         log.info("%s: restacked %s onto %s at %s", run.issue, run.branch, target, rebased.tip[:12])
         stacked_on, old_tip, target, onto = run.branch, run.head_sha, run.branch, rebased.tip
 

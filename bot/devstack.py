@@ -245,9 +245,7 @@ class LocalBaton:
         self._spawn_baton("web", "web", "--host", "127.0.0.1")
         wait_until(lambda: http_ok(f"{self.web_url}/healthz"), "baton web answering /healthz")
 
-    def start_worker(
-        self, name: str, queues: tuple[str, ...] = (EVENTS, AGENTS)
-    ) -> Process:
+    def start_worker(self, name: str, queues: tuple[str, ...] = (EVENTS, AGENTS)) -> Process:
         """Start one `baton worker` on the given queues."""
         return self._spawn_baton(name, "worker", "--queues", *queues)
 

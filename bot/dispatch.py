@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -70,13 +71,15 @@ def run_issue_job(
     after: int = 0,
     queued_by: str | None = None,
     text: Snapshot | None = None,
+    labels: Sequence[str] | None = None,
 ) -> JobSpec:
     """Return the job for an attempt at an issue (it claims the issue: a duplicate is harmless).
 
     key makes the job id: the delivery id for a fresh run, the attempt it follows otherwise.
     queued_by is the login that put the queue label on, for a fresh run, where it is known.
     text is the issue as its label event carried it (or the sweep read it): the run
-    records it once whoever queued it is known to steer Baton.
+    records it once whoever queued it is known to steer Baton. labels are the ones its
+    label event showed on the issue, which a prompt start takes for a read of it.
     """
     return JobSpec(
         queue=AGENTS,
@@ -89,6 +92,7 @@ def run_issue_job(
             after,
             queued_by or "",
             *_text_args(text),
+            json.dumps(sorted(labels)) if labels is not None else "",
         ),
         job_id=job_id("run", issue.repo, issue.number, mode.value, key),
         # Longer than the agent's own cap, so the run ends itself and reports why.
@@ -120,7 +124,11 @@ def _event_job(func: str, args: tuple[int | str, ...], description: str) -> JobS
 
 
 def settle_head_job(installation_id: int, repo: str, head_sha: str) -> JobSpec:
-    """Return the job that settles the run which pushed head_sha from its check results."""
+    """Return the job that settles the run which pushed head_sha from its check results.
+
+    Its id is the head's: however many events ask, one head has one job (and the job
+    runs one settlement of a head at a time, jobs/settle.py).
+    """
     return _event_job(
         "settle.settle_head", (installation_id, repo, head_sha), f"settle {repo}@{head_sha[:12]}"
     )
@@ -158,6 +166,27 @@ def issue_closed_job(issue: IssueRef) -> JobSpec:
         "settle.settle_issue_closed",
         (issue.installation_id, issue.repo, issue.number),
         f"issue closed {issue}",
+    )
+
+
+def withdrawn_job(issue: IssueRef, label: str, sender: str, delivery_id: str) -> JobSpec:
+    """Return the job that judges a human taking a label off: a maintainer's withdraws the issue."""
+    return JobSpec(
+        queue=EVENTS,
+        func="jobs.settle.label_taken_off",
+        args=(issue.installation_id, issue.repo, issue.number, label, sender),
+        job_id=job_id("unlabeled", issue.repo, issue.number, delivery_id),
+        timeout_s=SETTLE_TIMEOUT_S,
+        description=f"label {label} taken off {issue}",
+    )
+
+
+def issue_deleted_job(issue: IssueRef) -> JobSpec:
+    """Return the job that ends the work on an issue a maintainer deleted."""
+    return _event_job(
+        "settle.issue_deleted",
+        (issue.installation_id, issue.repo, issue.number),
+        f"issue deleted {issue}",
     )
 
 
@@ -371,8 +400,16 @@ class Dispatcher:
         self.enqueue_at(spec.model_copy(update={"job_id": f"{spec.job_id}-no-ci"}), when)
 
     def settle_head(self, installation_id: int, repo: str, head_sha: str) -> None:
-        """Enqueue settlement of head_sha now."""
-        self.enqueue([settle_head_job(installation_id, repo, head_sha)])
+        """Enqueue settlement of head_sha now, unless one waits in the queue already.
+
+        One that is running may have looked too early, so another is enqueued then.
+        """
+        spec = settle_head_job(installation_id, repo, head_sha)
+        if Job.exists(spec.job_id, connection=self.connection):
+            queued = Job.fetch(spec.job_id, connection=self.connection).get_status()
+            if queued is JobStatus.QUEUED:
+                return
+        self.enqueue([spec])
 
     def advance_chain(self, chain: Chain, because: str) -> None:
         """Enqueue a look at what the chain does next, after what changed."""

@@ -15,13 +15,14 @@ from collections.abc import (
     Mapping,
     MutableMapping,
 )
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import aiohttp
+import redis
 from gidgethub import HTTPException, apps, sansio
 from gidgethub.aiohttp import GitHubAPI
 
@@ -46,7 +47,7 @@ FRESH_TOKEN_STEP_S = 0.5
 # reading them again is conditional, and an unchanged answer (304) costs no rate limit.
 CONDITIONAL_READS = re.compile(
     r"/(app/installations|installation/repositories"
-    r"|repos/[^/]+/[^/]+/(issues(/\d+)?|contents/.+|pulls/\d+(/reviews)?))$"
+    r"|repos/[^/]+/[^/]+(/issues(/\d+)?|/contents/.+|/pulls/\d+(/reviews)?)?)$"
 )
 
 ConditionalEntry = tuple[str | None, str | None, Any, str | None]
@@ -119,7 +120,10 @@ class ConditionalReads(MutableMapping[str, ConditionalEntry]):
         return CONDITIONAL_READS.search(urlsplit(url).path) is not None
 
     def __getitem__(self, url: str) -> ConditionalEntry:
-        raw = self._store.conditional_read(self._scope, url) if self.kept(url) else None
+        raw = None
+        if self.kept(url):
+            with _best_effort("an ETag read"):
+                raw = self._store.conditional_read(self._scope, url)
         if raw is None:
             raise KeyError(url)
         etag, last_modified, data, more = json.loads(raw)
@@ -127,16 +131,27 @@ class ConditionalReads(MutableMapping[str, ConditionalEntry]):
 
     def __setitem__(self, url: str, entry: ConditionalEntry) -> None:
         if self.kept(url):
-            self._store.remember_conditional_read(self._scope, url, json.dumps(entry))
+            with _best_effort("an ETag kept"):
+                self._store.remember_conditional_read(self._scope, url, json.dumps(entry))
 
     def __delitem__(self, url: str) -> None:
-        self._store.forget_conditional_read(self._scope, url)
+        with _best_effort("an ETag dropped"):
+            self._store.forget_conditional_read(self._scope, url)
 
     def __iter__(self) -> Iterator[str]:
         return iter(())
 
     def __len__(self) -> int:
         return 0
+
+
+@contextmanager
+def _best_effort(what: str) -> Iterator[None]:
+    """Let a request go on without Redis: an ETag or a budget reading is only a saving."""
+    try:
+        yield
+    except redis.RedisError as exc:
+        log.debug("%s skipped: Redis unreachable (%s)", what, exc)
 
 
 @dataclass(frozen=True)
@@ -208,7 +223,8 @@ class GitHubClient(GitHubAPI):
         if budget is not None and status != 304:  # a 304 reports no fresher budget
             self._tally.set(GITHUB_RATE_LIMIT_REMAINING, budget.remaining, self._caller.series)
             if self._caller.on_budget is not None:
-                self._caller.on_budget(budget)
+                with _best_effort("a rate-limit reading"):
+                    self._caller.on_budget(budget)
         return status, response_headers, data
 
     async def handle_rate_limit_error(

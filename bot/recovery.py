@@ -68,10 +68,11 @@ async def report(
     next_step: str | None = None,
     checks: Sequence[CheckSummary] = (),
 ) -> None:
-    """Edit the issue's status comment, and the PR's once there is one, to say where the run is.
+    """Make the issue's status comment, and the PR's where it has one, say where the run is.
 
     Edits are serialised per issue and rendered from the stored run, so a slower
-    job never writes an older state over a newer one.
+    job never writes an older state over a newer one; a comment is written once per
+    phase of the run (render.status_key), not at every step.
     """
     store, issue = services.store, run.issue
     async with store.comment_lock(issue):
@@ -82,29 +83,34 @@ async def report(
         pull_comment_url = None
         if run.pr_number is not None:
             on_this_pull = [r for r in store.runs(issue) if r.pr_number in (None, run.pr_number)]
-            runs = [r for r in on_this_pull if r.attempt != run.attempt] + [run]
-            body = render.pull_status_comment(
-                sorted(runs, key=lambda r: r.attempt),
-                list(checks),
-                next_step or _NEXT[run.state],
-                now,
+            runs = sorted(
+                [r for r in on_this_pull if r.attempt != run.attempt] + [run],
+                key=lambda r: r.attempt,
             )
-            pull_comment = await upsert_comment(
-                gh,
-                issue.repo,
-                run.pr_number,
-                store.pull_status_comment(issue.repo, run.pr_number),
-                body,
-            )
-            store.set_pull_status_comment(issue.repo, run.pr_number, pull_comment)
-            pull_comment_url = f"{run.pr_url}#issuecomment-{pull_comment}"
+            pull_comment = store.pull_status_comment(issue.repo, run.pr_number)
+            if render.pull_comment_due(runs, pull_comment is not None, next_step is not None):
+                pull_next = next_step or _NEXT[run.state]
+                pull_comment = await _write_status(
+                    gh,
+                    store,
+                    issue.repo,
+                    run.pr_number,
+                    pull_comment,
+                    render.pull_status_comment(runs, list(checks), pull_next, now),
+                    render.pull_status_key(runs, checks, pull_next),
+                )
+                store.set_pull_status_comment(issue.repo, run.pr_number, pull_comment)
+            if pull_comment is not None:
+                pull_comment_url = f"{run.pr_url}#issuecomment-{pull_comment}"
         notes = snapshot.notes(store.queued_text(issue), policy_of(services, run).labels.queue)
-        comment = await upsert_comment(
+        comment = await _write_status(
             gh,
+            store,
             issue.repo,
             issue.number,
             store.status_comment(issue),
             render.status_comment(run, now, next_step, pull_comment_url, notes),
+            render.status_key(run, next_step, pull_comment_url, notes),
         )
         store.set_status_comment(issue, comment)
 
@@ -113,10 +119,33 @@ async def post_status(services: Services, gh: GitHubClient, issue: IssueRef, bod
     """Put body in the issue's status comment (for a state that is not a run's)."""
     store = services.store
     async with store.comment_lock(issue):
-        comment = await upsert_comment(
-            gh, issue.repo, issue.number, store.status_comment(issue), body
+        comment = await _write_status(
+            gh,
+            store,
+            issue.repo,
+            issue.number,
+            store.status_comment(issue),
+            body,
+            render.body_key(body),
         )
         store.set_status_comment(issue, comment)
+
+
+async def _write_status(
+    gh: GitHubClient,
+    store: Store,
+    repo: str,
+    number: int,
+    comment_id: int | None,
+    body: str,
+    key: str,
+) -> int:
+    """Write a status comment unless it says this already (key); return its id."""
+    if comment_id is not None and store.status_written(repo, comment_id) == key:
+        return comment_id
+    written = await upsert_comment(gh, repo, number, comment_id, body)
+    store.record_status_written(repo, written, key)
+    return written
 
 
 _NEXT: dict[str, str] = {

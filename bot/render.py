@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -280,6 +282,9 @@ def status_comment(
         lines += ["", f"Reason: {reason}"]
     if run.agent_result is not None and (refused := refusals(run.agent_result.denials)):
         lines += ["", refused]
+    if run.state is RunState.PUSHED_PENDING and run.policy and run.policy.required_checks:
+        names = ", ".join(f"`{inert(name)}`" for name in run.policy.required_checks)
+        lines += ["", f"Waiting for its required checks: {names}."]
     if next_step:
         lines += ["", f"Next: {inert(next_step)}"]
     if run.pr_url:
@@ -288,6 +293,71 @@ def status_comment(
     spent = duration(run.wall_clock(now))
     lines += ["", f"Branch `{run.branch}` · {spent} {'so far' if run.state.is_live else 'in all'}"]
     return _fit_comment(lines, run)
+
+
+def status_phase(state: RunState) -> str:
+    """Return the phase of a run a status comment shows: one write per phase, not per step.
+
+    Claiming, provisioning and running are one phase (Baton is at work); every other
+    state is a phase of its own.
+    """
+    return "working" if state.is_live else state.value
+
+
+def status_key(
+    run: Run,
+    next_step: str | None,
+    pull_comment_url: str | None,
+    notes: Sequence[str] = (),
+) -> str:
+    """Return what the issue's status comment says, as a key: the comment is rewritten
+    only when this changes (the time spent, shown in passing, does not count)."""
+    return _key(
+        run.attempt,
+        status_phase(run.state),
+        next_step,
+        run.reason,
+        run.pr_url,
+        pull_comment_url,
+        list(notes),
+        run.agent_result.denials if run.agent_result is not None else [],
+    )
+
+
+def pull_comment_due(runs: Sequence[Run], has_comment: bool, told: bool = False) -> bool:
+    """Return whether the PR needs its status comment: once it has a story of its own.
+
+    A PR whose only attempt is waiting for checks, green, merged or closed shows all
+    of that itself and on the issue's status comment; a failed attempt, a second
+    attempt on it, or a next step Baton has to tell (told) is what its comment says
+    (and, once posted, keeps current).
+    """
+    if has_comment or told or len(runs) > 1:
+        return True
+    return any(run.state not in _PLAIN_PULL_STATES or run.failure_class for run in runs)
+
+
+_PLAIN_PULL_STATES = frozenset(
+    {RunState.PUSHED_PENDING, RunState.PUSHED_GREEN, RunState.MERGED, RunState.CLOSED}
+)
+
+
+def pull_status_key(runs: Sequence[Run], checks: Sequence[CheckSummary], next_step: str) -> str:
+    """Return what the PR's status comment says, as a key (see status_key)."""
+    return _key(
+        [(r.attempt, status_phase(r.state), r.failure_class, r.head_sha) for r in runs],
+        [(c.name, c.conclusion, c.title) for c in checks],
+        next_step,
+    )
+
+
+def body_key(body: str) -> str:
+    """Return a status comment body that is not a run's, as a key (see status_key)."""
+    return _key(body)
+
+
+def _key(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
 
 
 # The tool names agent CLIs give their shell in the denials they report ("<tool>: <target>").

@@ -26,7 +26,7 @@ from bot.checks import failing_checks
 from bot.classify import Ending, RunFacts
 from bot.config import CONFIG_PATH, InvalidRepoConfig, apply_repo_config
 from bot.dispatch import RunMode, run_issue_job
-from bot.git import GitError, branch_name
+from bot.git import GitError, Workspace, branch_name
 from bot.github import GitHubApp, GitHubClient, github_app
 from bot.labels import set_state_label
 from bot.logs import log_context
@@ -41,9 +41,11 @@ from bot.tracker import (
     label_names,
     load_repo_config,
     open_or_update_pr,
-    pr_files,
+    read_check_runs,
+    read_combined_status,
     read_issue,
     read_pull,
+    read_repository,
 )
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,9 @@ log = logging.getLogger(__name__)
 CLAIM_RETRY_S = 30.0
 SLOT_RETRY_S = 30.0
 STOP_POLL_S = 1.0
+# A label event this recent stands for a read of its issue (GitHub's clock and ours agree
+# to within seconds; a later withdrawal is recorded from its own webhook).
+EVENT_VIEW = timedelta(seconds=30)
 
 
 async def run_issue(
@@ -60,12 +65,14 @@ async def run_issue(
     after: int = 0,
     queued_by: str | None = None,
     text: Snapshot | None = None,
+    labels: tuple[str, ...] | None = None,
 ) -> Run | None:
     """Claim the issue and run one attempt at it; None when there was nothing to do.
 
     queued_by is who put the queue label on, for a fresh run; when it is not known,
     the issue's events say. text is the issue as it was queued, for a fresh run: it
     is recorded once queued_by is known to steer, and every attempt's brief uses it.
+    labels are what its label event showed on the issue, where it did.
     """
     if services.store.paused_since(issue.repo) is not None:
         # Held, not lost: resuming the repository makes this start.
@@ -89,7 +96,8 @@ async def run_issue(
         return None
     try:
         async with github_app(services.settings, services.store) as app:
-            return await _Attempt(services, app, claim, mode, after, queued_by, text).execute()
+            attempt = _Attempt(services, app, claim, mode, after, queued_by, text, labels)
+            return await attempt.execute()
     finally:
         services.store.release_run_slot(issue)
         services.store.release(claim)
@@ -152,6 +160,7 @@ class _Attempt:
         after: int,
         queued_by: str | None = None,
         text: Snapshot | None = None,
+        labels: tuple[str, ...] | None = None,
     ) -> None:
         self.services = services
         self.settings = services.settings
@@ -163,6 +172,7 @@ class _Attempt:
         self.after = after
         self.queued_by = queued_by
         self.offered = text  # the issue as queued, when this start carries it
+        self.shown_labels = labels  # the labels its label event showed, when it did
         self.text = IssueText()  # what the brief uses: recorded by execute before any work
         self.stopped = False
         self.pushed_tip: str | None = None  # the branch's tip on GitHub, as Baton last pushed
@@ -172,9 +182,7 @@ class _Attempt:
         await self.app.learn_bot_login()  # so the web process can tell Baton's own events apart
         await self.app.learn_bot_user_id(self.issue.installation_id)  # its commits' address
         gh = await self.app.for_installation(self.issue.installation_id)
-        data = await read_issue(gh, self.issue)
-        labels = label_names(data)
-        repo = await gh.getitem("/repos/{+repo}", {"repo": self.issue.repo})
+        repo = await read_repository(gh, self.store, self.issue.repo)
         base = str(repo["default_branch"])
         # The repository's file first: it may name the labels the issue is judged by.
         try:
@@ -187,6 +195,8 @@ class _Attempt:
             invalid = file.refused_by(self.settings)
             self.settings = apply_repo_config(self.settings, file.config)
             self.setup_commands = tuple(file.config.setup or ())
+        data = self._as_the_label_event_showed_it() or await read_issue(gh, self.issue)
+        labels = label_names(data)
         try:
             previous = self._predecessor(data, labels)
         except _NotNow as why:
@@ -196,12 +206,12 @@ class _Attempt:
             return None
         self.text = self._queued_text(data)
         if invalid is not None:
-            await self._refuse_config(gh, invalid, base)
+            await self._refuse_config(gh, invalid, base, labels)
             return None
         try:
             base = await self._stack_base(gh, base, str(repo["clone_url"]))
         except _Refused as why:
-            await self._refuse(gh, str(why), render.refusal_comment(str(why)))
+            await self._refuse(gh, str(why), render.refusal_comment(str(why)), labels)
             return None
         policy = self.settings.policy
         reopens_at = self.store.window_reopens_at(policy.account, utcnow())
@@ -289,6 +299,26 @@ class _Attempt:
         self._come_back_at(retry_at, "slot")
         log.info("%s: %s's %d run slots are taken; waiting", self.issue, self.issue.repo, limit)
 
+    def _as_the_label_event_showed_it(self) -> dict[str, Any] | None:
+        """Return the issue as its label event showed it, when that was a moment ago.
+
+        A fresh queueing's event carries the issue open, with its title, its body and
+        the queue label, as of seconds ago: reading it again would say the same. A
+        maintainer who takes the label off since withdraws it through that event's
+        own webhook, which is checked here; an older event is read again.
+        """
+        offered, shown = self.offered, self.shown_labels
+        if self.mode is not RunMode.FRESH or offered is None or shown is None:
+            return None
+        if utcnow() - offered.at > EVENT_VIEW or self.store.withdrawn_since(self.issue, offered.at):
+            return None
+        return {
+            "state": "open",
+            "title": offered.title,
+            "body": offered.body,
+            "labels": [{"name": name} for name in shown],
+        }
+
     def _queued_text(self, data: dict[str, Any]) -> IssueText:
         """Record the text this attempt works from, if it is a new queueing's, and return it.
 
@@ -366,20 +396,27 @@ class _Attempt:
             gh, self.store, self.services.dispatch, self.settings.labels, self.issue, label, labels
         )
 
-    async def _refuse(self, gh: GitHubClient, reason: str, comment: str | None) -> None:
-        """Start nothing: the issue is a maintainer's to act on; comment says why, if given."""
+    async def _refuse(
+        self, gh: GitHubClient, reason: str, comment: str | None, labels: set[str]
+    ) -> None:
+        """Start nothing: the issue is a maintainer's to act on; comment says why, if given.
+
+        labels are what the issue carries, as read: its queue label comes off.
+        """
         log.warning("%s: not starting: %s", self.issue, reason)
-        await self._label(gh, self.settings.labels.escalated)
+        await self._label(gh, self.settings.labels.escalated, labels)
         if comment is not None:
             await post_status(self.services, gh, self.issue, comment)
 
-    async def _refuse_config(self, gh: GitHubClient, invalid: InvalidRepoConfig, base: str) -> None:
+    async def _refuse_config(
+        self, gh: GitHubClient, invalid: InvalidRepoConfig, base: str, labels: set[str]
+    ) -> None:
         """Start nothing on a file that is invalid or asks too much; say why, once per version."""
         comment = None
         if self.store.first_config_error(self.issue, invalid.blob_sha):
             problems = [problem.within_file for problem in invalid.error.problems]
             comment = render.config_error_comment(CONFIG_PATH, base, problems)
-        await self._refuse(gh, str(invalid), comment)
+        await self._refuse(gh, str(invalid), comment, labels)
 
     def _predecessor(self, data: dict[str, Any], labels: set[str]) -> Run | None:
         """Return the run this attempt follows (None for a fresh one); raise _NotNow to skip."""
@@ -441,6 +478,8 @@ class _Attempt:
         )
         new_commits = await workspace.commits_since(self.issue.repo, start, head_sha)
         changed = await workspace.has_diff(self.issue.repo, base_sha, head_sha)
+        # Known before the push, so the PR is opened with its list of files in one call.
+        files = await pull_files(workspace, self.issue.repo, base_sha, head_sha) if changed else []
         if new_commits:
             # Pushed even when the agent stopped short: a continuation builds on it, here or
             # on another machine, and an operator's stop keeps the work.
@@ -477,10 +516,10 @@ class _Attempt:
             return await self._end(
                 gh, run, "agent", RunState.NO_CHANGE, "the agent finished without changing any file"
             )
-        return await self._open_pull(gh, run, result, base)
+        return await self._open_pull(gh, run, result, base, files)
 
     async def _open_pull(
-        self, gh: GitHubClient, run: Run, result: AgentResult, base: str
+        self, gh: GitHubClient, run: Run, result: AgentResult, base: str, files: list[str]
     ) -> Run | None:
         report_text = result.result_text or ""
         title = render.pr_title(self.text.title, self.issue.number)
@@ -491,10 +530,9 @@ class _Attempt:
                 branch=run.branch,
                 base=base,
                 title=title,
-                body=render.pr_body(run, report_text, None),
+                body=render.pr_body(run, report_text, files),
+                number=run.pr_number,
             )
-            files = await pr_files(gh, self.issue.repo, int(pr["number"]))
-            await gh.patch(pr["url"], data={"body": render.pr_body(run, report_text, files)})
         except HTTPException as exc:
             return await self._end(
                 gh,
@@ -511,11 +549,21 @@ class _Attempt:
             changed_files=files,
         )
         await report(self.services, gh, run)
-        # Checks may have finished before the run was recorded as pushed; look once now.
+        # A check result that came before the run was recorded as pushed found nothing to
+        # settle and said so: look once now. Otherwise the result's own event settles it.
         assert run.head_sha is not None
-        self.services.dispatch.settle_head(
-            self.issue.installation_id, self.issue.repo, run.head_sha
-        )
+        if self.store.take_check_result(self.issue.repo, run.head_sha):
+            self.services.dispatch.settle_head(
+                self.issue.installation_id, self.issue.repo, run.head_sha
+            )
+        else:
+            # A head no CI runs on sends no event at all: look once its silence is an answer.
+            self.services.dispatch.settle_head_at(
+                self.issue.installation_id,
+                self.issue.repo,
+                run.head_sha,
+                utcnow() + timedelta(seconds=policy_of(self.services, run).no_checks_after_s),
+            )
         log.info(
             "%s: attempt %d pushed %s to %s", self.issue, run.attempt, run.head_sha[:12], run.pr_url
         )
@@ -530,11 +578,10 @@ class _Attempt:
             return None
         checks = []
         if previous.failure_class == "checks-failed" and previous.head_sha:
-            url_vars = {"repo": self.issue.repo, "sha": previous.head_sha}
-            runs = await gh.getitem("/repos/{+repo}/commits/{sha}/check-runs", url_vars)
-            status = await gh.getitem("/repos/{+repo}/commits/{sha}/status", url_vars)
+            runs = await read_check_runs(gh, self.issue.repo, previous.head_sha)
+            status = await read_combined_status(gh, self.issue.repo, previous.head_sha)
             required = policy_of(self.services, previous).required_checks
-            checks = failing_checks(runs["check_runs"], status, required)
+            checks = failing_checks(runs, status, required)
         review = None
         if previous.review_id is not None and previous.pr_number is not None:
             review = await self._review(gh, previous.pr_number, previous.review_id)
@@ -732,6 +779,17 @@ class _Attempt:
                 log.error("%s: heartbeat found the lock lost", self.issue)
                 return
             self.store.refresh_run_slot(self.issue)
+
+
+async def pull_files(workspace: Workspace, repo: str, base_sha: str, head_sha: str) -> list[str]:
+    """Return the files a pull request of head onto base changes, from Baton's mirror.
+
+    GitHub's own diff of a pull request: head against its merge base with base.
+    """
+    out = await workspace.git.run_bytes(
+        workspace.mirror_path(repo), "diff", "--name-only", "-z", f"{base_sha}...{head_sha}"
+    )
+    return [name.decode(errors="replace") for name in out.split(b"\0") if name]
 
 
 def _previous_session(continuation: Continuation | None) -> str | None:

@@ -7,20 +7,10 @@ late event finds nothing to change and does nothing.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from bot.chainwork import link_green, link_merged
-from bot.checks import (
-    Verdict,
-    checks_verdict,
-    combined_state,
-    failing_checks,
-    no_ci_due,
-    nothing_reported,
-    required_checks_verdict,
-)
+from bot.checks import Verdict, checks_verdict, failing_checks, no_ci_due, required_checks_verdict
 from bot.classify import RunFacts
 from bot.github import GitHubClient, github_app
 from bot.labels import set_state_label, take_state_labels_off
@@ -29,54 +19,9 @@ from bot.model import IssueRef, Run, RunState, utcnow
 from bot.recovery import Services, conclude, policy_of, report
 from bot.render import CheckSummary
 from bot.standing import repository_settings, standing_of
+from bot.tracker import HeadChecks, read_check_runs, read_head_checks
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class HeadChecks:
-    """Everything a head's CI reported, every page of it."""
-
-    suites: list[dict[str, Any]]
-    combined_status: dict[str, Any]
-
-    @property
-    def silent(self) -> bool:
-        """Tell whether no CI has said anything about the head."""
-        return nothing_reported(self.suites, self.combined_status)
-
-
-async def _read_checks(gh: GitHubClient, repo: str, sha: str) -> HeadChecks:
-    url_vars = {"repo": repo, "sha": sha}
-    statuses = [
-        status
-        async for status in gh.getiter(
-            "/repos/{+repo}/commits/{sha}/status", url_vars, iterable_key="statuses"
-        )
-    ]
-    combined = {
-        "state": combined_state(statuses),
-        "total_count": len(statuses),
-        "statuses": statuses,
-    }
-    suites = [
-        suite
-        async for suite in gh.getiter(
-            "/repos/{+repo}/commits/{sha}/check-suites", url_vars, iterable_key="check_suites"
-        )
-    ]
-    return HeadChecks(suites, combined)
-
-
-async def _check_runs(gh: GitHubClient, repo: str, sha: str) -> list[dict[str, Any]]:
-    return [
-        run
-        async for run in gh.getiter(
-            "/repos/{+repo}/commits/{sha}/check-runs",
-            {"repo": repo, "sha": sha},
-            iterable_key="check_runs",
-        )
-    ]
 
 
 async def _checks(
@@ -84,7 +29,7 @@ async def _checks(
 ) -> tuple[Verdict, list[CheckSummary]]:
     status = head.combined_status
     if required:
-        runs = await _check_runs(gh, repo, sha)
+        runs = await read_check_runs(gh, repo, sha)
         verdict = required_checks_verdict(runs, status, required)
         passed = [CheckSummary(name=name, conclusion="success") for name in required]
         if verdict is Verdict.RED:
@@ -97,7 +42,7 @@ async def _checks(
             for suite in head.suites
             if suite.get("status") == "completed" and suite.get("app")
         ]
-    return verdict, failing_checks(await _check_runs(gh, repo, sha), status)
+    return verdict, failing_checks(await read_check_runs(gh, repo, sha), status)
 
 
 def _pushed_at(run: Run) -> datetime:
@@ -124,7 +69,7 @@ async def settle_head(
     async with github_app(services.settings, services.store) as app:
         gh = await app.for_installation(installation_id)
         policy = policy_of(services, run)
-        head = await _read_checks(gh, repo, head_sha)
+        head = await read_head_checks(gh, repo, head_sha)
         verdict, checks = await _checks(gh, repo, head_sha, head, policy.required_checks)
         next_step = None
         if verdict is Verdict.PENDING and head.silent and not policy.required_checks:
@@ -257,3 +202,56 @@ async def settle_issue_closed(services: Services, issue: IssueRef) -> None:
     async with github_app(services.settings, services.store) as app:
         gh = await app.for_installation(issue.installation_id)
         await take_state_labels_off(gh, services, issue)
+
+
+async def settle_label_taken_off(
+    services: Services, issue: IssueRef, label: str, sender: str
+) -> str:
+    """Withdraw the issue when a maintainer takes its queue or in-progress label off.
+
+    A live run stops at once (its work is kept on its branch, as for `/baton stop`);
+    a start still queued finds it withdrawn. Returns what happened, in a word.
+    """
+    store = services.store
+    async with github_app(services.settings, store) as app:
+        gh = await app.for_installation(issue.installation_id)
+        judged = await repository_settings(gh, store, services.settings, issue.repo)
+        if label not in (judged.labels.queue, judged.labels.in_progress):
+            return "not ours"
+        standing = await standing_of(gh, store, judged, issue.repo, sender)
+    if not standing.allowed:
+        log.warning(
+            "%s: %s took %s off, which withdraws nothing: %s", issue, sender, label, standing
+        )
+        return "ignored"
+    store.record_withdrawal(issue, utcnow())
+    run = store.latest_run(issue)
+    if run is None or not run.state.is_live:
+        return "withdrawn"
+    store.request_stop(issue)  # the worker running it stops the agent: admin-kill
+    log.warning(
+        "%s: @%s took %s off while attempt %d runs; stopping it", issue, sender, label, run.attempt
+    )
+    return "stopped"
+
+
+def end_gone_issue(services: Services, issue: IssueRef, why: str) -> None:
+    """End Baton's work on an issue GitHub no longer has here: its run closes, its state goes."""
+    reason = f"the issue {why}"
+
+    def close(current: Run) -> Run | None:
+        if current.state.is_terminal:
+            return None
+        return current.moved(RunState.CLOSED, utcnow(), note="gone").model_copy(
+            update={"reason": reason}
+        )
+
+    store = services.store
+    run = store.latest_run(issue)
+    if run is not None:
+        if run.state.is_live:
+            store.request_stop(issue)  # its worker stops the agent
+        store.update_run(issue, run.attempt, close)
+    store.forget_issue(issue)
+    store.record_withdrawal(issue, utcnow())  # a start queued before now reads it first
+    log.warning("%s: %s; Baton's work on it ends", issue, reason)

@@ -21,7 +21,7 @@ from bot.github import GitHubClient
 from bot.model import IssueRef
 from bot.settings import Settings
 from bot.store import Store
-from bot.tracker import load_repo_config, post_comment, swap_labels
+from bot.tracker import load_repo_config, post_comment, read_repository, swap_labels
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +31,12 @@ GHOST = "ghost"  # how GitHub names an account it no longer knows
 async def role_of(gh: GitHubClient, store: Store, repo: str, login: str) -> str:
     """Return the login's role on the repository (`none` for a stranger), cached briefly.
 
-    A custom role GitHub names is read as the base permission it carries.
+    A custom role GitHub names is read as the base permission it carries. The
+    account that owns a personal repository is its admin, asked nothing: user and
+    organization logins share one namespace, so no one else carries the owner's name.
     """
+    if login.lower() == repo.split("/", 1)[0].lower():
+        return "admin"
     cached = store.cached_role(repo, login)
     if cached is not None:
         return cached
@@ -78,9 +82,9 @@ async def repository_settings(
     A file that is invalid, or asks for less than the deployment, leaves the
     deployment's minimum role in force.
     """
-    data = await gh.getitem("/repos/{+repo}", {"repo": repo})
+    data = await read_repository(gh, store, repo)
     try:
-        file = await load_repo_config(gh, store, repo, str(data["default_branch"]))
+        file = await load_repo_config(gh, store, repo, data["default_branch"])
     except InvalidRepoConfig:
         return settings
     return apply_repo_config(settings, file.config)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import secrets
 import time
@@ -34,6 +35,7 @@ CHAIN_LOCK_TTL_MS = 300_000  # restacking a chain's branches: a few fetches and 
 RECENT_RUNS = 200
 ROLE_TTL_S = 60
 NOTICE_TTL_S = 24 * 3600
+CONFIG_RECHECK_S = 3600  # a repository's file is read this often at a branch, at once on a push
 RATE_LIMITS_TTL_S = 7 * 24 * 3600  # an installation silent for a week is shown no more
 CONDITIONAL_TTL_S = 24 * 3600  # an ETag older than a day is rarely still current
 INTAKE_STREAM = f"{_PREFIX}:intake"
@@ -846,6 +848,32 @@ class Store:
         found = self.redis.hgetall(f"{_PREFIX}:queue-labels")
         return {_text(repo): _text(label) for repo, label in found.items()}
 
+    def see_repo_file(self, repo: str, ref: str, blob_sha: str, text: str) -> None:
+        """Remember the repository's file as read at ref ("" blob: none), for an hour."""
+        key = f"{_PREFIX}:config-seen:{repo}"
+        self.redis.set(key, json.dumps([ref, blob_sha, text]), ex=CONFIG_RECHECK_S)
+
+    def seen_repo_file(self, repo: str, ref: str) -> tuple[str, str] | None:
+        """Return the file's blob and text as last read at ref within the hour, if it was."""
+        raw = self.redis.get(f"{_PREFIX}:config-seen:{repo}")
+        if raw is None:
+            return None
+        seen_at, blob_sha, text = json.loads(raw)
+        return (str(blob_sha), str(text)) if seen_at == ref else None
+
+    def see_repository(self, repo: str, facts: dict[str, str]) -> None:
+        """Remember what Baton needs of a repository (default branch, clone URL), for an hour."""
+        self.redis.set(f"{_PREFIX}:repo-seen:{repo}", json.dumps(facts), ex=CONFIG_RECHECK_S)
+
+    def seen_repository(self, repo: str) -> dict[str, str] | None:
+        """Return what Baton read of the repository within the hour, if it did."""
+        raw = self.redis.get(f"{_PREFIX}:repo-seen:{repo}")
+        return {str(k): str(v) for k, v in json.loads(raw).items()} if raw is not None else None
+
+    def forget_repo_file(self, repo: str) -> None:
+        """Forget the file as last read: a push changed it."""
+        self.redis.delete(f"{_PREFIX}:config-seen:{repo}")
+
     def cached_repo_config(self, repo: str, blob_sha: str) -> str | None:
         """Return the validated config (JSON) of a version of a repository's file, if cached."""
         value = self.redis.get(f"{_PREFIX}:config:{repo}:{blob_sha}")
@@ -908,6 +936,15 @@ class Store:
         return indexed
 
     # Stop requests ------------------------------------------------------
+
+    def record_withdrawal(self, issue: IssueRef, at: datetime) -> None:
+        """Record that a maintainer withdrew the issue at an instant (took its label off)."""
+        self.redis.set(_issue_key(issue, "withdrawn"), at.isoformat(), ex=RUN_TTL_S)
+
+    def withdrawn_since(self, issue: IssueRef, since: datetime) -> bool:
+        """Return whether a maintainer withdrew the issue after since."""
+        value = self.redis.get(_issue_key(issue, "withdrawn"))
+        return value is not None and datetime.fromisoformat(_text(value)) > since
 
     def request_stop(self, issue: IssueRef) -> None:
         """Ask whoever runs the issue to stop (an operator closed the issue)."""

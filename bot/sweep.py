@@ -51,7 +51,7 @@ from bot.labels import recorded_labels, sync_labels
 from bot.model import IssueRef, Run, RunState, utcnow
 from bot.pacing import sweep_may_spend
 from bot.recovery import Services, conclude, halted_plan, resume
-from bot.settle import settle_issue_closed, settle_pull_closed, settle_review
+from bot.settle import end_gone_issue, settle_issue_closed, settle_pull_closed, settle_review
 from bot.snapshot import snapshot
 from bot.tracker import label_names, load_repo_config, read_issue, read_pull
 
@@ -131,7 +131,7 @@ async def _isolated(
     except HTTPException as exc:
         gone = disappearance(int(exc.status_code), str(exc))
         if gone is not None and issue is not None and gone.of_issue:
-            _end_gone(services, issue, gone.why)
+            end_gone_issue(services, issue, gone.why)
             report.ended.append(str(issue))
             return
         why = gone.why if gone is not None else f"GitHub answered {exc.status_code}"
@@ -146,27 +146,6 @@ def _skip(services: Services, report: SweepReport, what: str, why: str) -> None:
         log.warning("sweep: skipped %s: %s", what, why)
     else:
         log.debug("sweep: skipped %s again: %s", what, why)
-
-
-def _end_gone(services: Services, issue: IssueRef, why: str) -> None:
-    """End Baton's work on an issue GitHub no longer has here: its run closes, its state goes."""
-    reason = f"the issue {why}"
-
-    def close(current: Run) -> Run | None:
-        if current.state.is_terminal:
-            return None
-        return current.moved(RunState.CLOSED, utcnow(), note="gone").model_copy(
-            update={"reason": reason}
-        )
-
-    store = services.store
-    run = store.latest_run(issue)
-    if run is not None:
-        if run.state.is_live:
-            store.request_stop(issue)  # its worker stops the agent
-        store.update_run(issue, run.attempt, close)
-    store.forget_issue(issue)
-    log.warning("%s: %s; Baton's work on it ends", issue, reason)
 
 
 async def _in_flight(
@@ -186,14 +165,15 @@ async def _in_flight(
         report.settled.append(str(issue))
     data = await read_issue(gh, issue)
     if (where := moved_elsewhere(issue, data)) is not None:
-        _end_gone(services, issue, f"was transferred to {where}")
+        end_gone_issue(services, issue, f"moved to {where}")
         report.ended.append(str(issue))
+        return
+    # A merge closes its issue too: what happened to the PR is asked first.
+    if run.state is RunState.PUSHED_GREEN and await _missed_on_pull(services, gh, run):
+        report.settled.append(str(issue))
         return
     if data.get("state") == "closed":
         await settle_issue_closed(services, issue)  # its closing webhook was lost
-        report.settled.append(str(issue))
-        return
-    if run.state is RunState.PUSHED_GREEN and await _missed_on_pull(services, gh, run):
         report.settled.append(str(issue))
         return
     if await _relabel(services, gh, issue, label_names(data)):
@@ -286,6 +266,10 @@ async def _queued_but_idle(
     # An issue waiting for a window or a run slot has a job due then; one long past its
     # time lost that job, and is picked up like any other. One with a run job queued,
     # scheduled or started (a backlog) is already on its way.
+    if (backlog := store.intake_backlog()) > 0:
+        # Deliveries not yet turned into jobs may be these very label events.
+        log.info("sweep: %d accepted deliveries are still being forwarded: no pick-ups", backlog)
+        return
     waiting = {issue for issue, until in store.waits() if until > now - WAIT_GRACE}
     waiting |= services.dispatch.pending_runs()
     async for installation in app.app_client().getiter("/app/installations"):

@@ -1,4 +1,6 @@
-"""Issue events: the queue label starts a run, or a chain when the issue names one.
+"""Issue events: the queue label starts a run, or a chain when the issue names one;
+taking it (or the in-progress label) off withdraws the issue, and deleting the issue
+ends its work.
 
 The label event's issue is the text the agent works from: it goes to the run (or
 chain) job, which records it. An edit of the title or body goes to a job that asks
@@ -14,7 +16,14 @@ from gidgethub.routing import Router
 from gidgethub.sansio import Event
 
 from bot.chains import names_a_chain
-from bot.dispatch import issue_closed_job, issue_edited_job, queue_chain_job, run_issue_job
+from bot.dispatch import (
+    issue_closed_job,
+    issue_deleted_job,
+    issue_edited_job,
+    queue_chain_job,
+    run_issue_job,
+    withdrawn_job,
+)
 from bot.snapshot import BODY_CAP, Snapshot, github_time, snapshot
 from handlers.context import HandlerContext
 
@@ -36,8 +45,11 @@ async def queue_label_added(event: Event, ctx: HandlerContext) -> None:
     if names_a_chain(event.data["issue"].get("body"), issue.repo):
         ctx.enqueue(queue_chain_job(issue, event.delivery_id, sender, text))
     else:
+        shown = [str(label["name"]) for label in event.data["issue"]["labels"]]
         ctx.enqueue(
-            run_issue_job(ctx.settings, issue, event.delivery_id, queued_by=sender, text=text)
+            run_issue_job(
+                ctx.settings, issue, event.delivery_id, queued_by=sender, text=text, labels=shown
+            )
         )
 
 
@@ -77,6 +89,25 @@ async def issue_edited(event: Event, ctx: HandlerContext) -> None:
             labelled,
         )
     )
+
+
+@router.register("issues", action="unlabeled")
+async def label_taken_off(event: Event, ctx: HandlerContext) -> None:
+    """Have a human's removal of a Baton label judged: the queue or in-progress label withdraws."""
+    issue = ctx.issue_ref(event)
+    if issue is None or ctx.sent_by_baton(event) or event.data.get("label") is None:
+        return
+    label = str(event.data["label"]["name"])
+    sender = str(event.data["sender"]["login"])
+    ctx.enqueue(withdrawn_job(issue, label, sender, event.delivery_id))
+
+
+@router.register("issues", action="deleted")
+async def issue_deleted(event: Event, ctx: HandlerContext) -> None:
+    """End Baton's work on an issue a maintainer deleted."""
+    issue = ctx.issue_ref(event)
+    if issue is not None:
+        ctx.enqueue(issue_deleted_job(issue))
 
 
 @router.register("issues", action="closed")

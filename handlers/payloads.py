@@ -69,14 +69,15 @@ class IssueNumber(_Fields):
     number: Id
 
 
+class Label(_Fields):
+    name: str
+
+
 class LabeledIssue(IssueNumber):
     title: str
     body: str | None
     updated_at: str
-
-
-class Label(_Fields):
-    name: str
+    labels: Annotated[list[Label], FailFast()]
 
 
 class IssueLabeled(_Delivery):
@@ -84,17 +85,18 @@ class IssueLabeled(_Delivery):
     label: Label
 
 
-class EditedIssue(LabeledIssue):
-    labels: Annotated[list[Label], FailFast()]
-
-
 class IssueEdited(_Delivery):
-    issue: EditedIssue
+    issue: LabeledIssue
     changes: dict[str, Any]  # only which fields changed is read
 
 
 class IssueClosed(_Delivery):
     issue: IssueNumber
+
+
+class IssueUnlabeled(_Delivery):
+    issue: IssueNumber
+    label: Label | None = None  # GitHub leaves it out when the label itself was deleted
 
 
 class Comment(_Fields):
@@ -199,6 +201,8 @@ PAYLOADS: Mapping[tuple[str, str | None], type[_Fields]] = {
     ("issues", "labeled"): IssueLabeled,
     ("issues", "edited"): IssueEdited,
     ("issues", "closed"): IssueClosed,
+    ("issues", "unlabeled"): IssueUnlabeled,
+    ("issues", "deleted"): IssueClosed,  # the same fields: which issue
     ("issue_comment", "created"): CommentCreated,
     ("issue_comment", "edited"): CommentEdited,
     ("pull_request", "closed"): PullClosed,

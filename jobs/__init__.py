@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from http import HTTPStatus
 from typing import ParamSpec
+
+from gidgethub import BadRequest
 
 from bot.dispatch import Dispatcher
 from bot.logs import log_context
 from bot.metrics import JOBS, Tally
+from bot.model import IssueRef
 from bot.recovery import Services
 from bot.settings import load_settings
+from bot.settle import end_gone_issue
 from bot.store import Store
 
 P = ParamSpec("P")
+GONE = HTTPStatus.GONE  # GitHub's answer for a deleted issue
 
 
 @functools.cache
@@ -46,7 +52,25 @@ def job(func: Callable[P, str]) -> Callable[P, str]:
             try:
                 outcome = func(*args, **kwargs)
                 return outcome
+            except BadRequest as exc:
+                issue = _issue_named(named)
+                if exc.status_code != GONE or issue is None:
+                    raise
+                # Deleted while the job worked on it: nothing to retry, nothing left to do.
+                end_gone_issue(services(), issue, "was deleted")
+                outcome = "gone"
+                return outcome
             finally:
                 services().store.add_metrics(Tally().count(JOBS, func.__name__, outcome))
 
     return counted
+
+
+def _issue_named(arguments: Mapping[str, object]) -> IssueRef | None:
+    """Return the issue a job's arguments name, if they name one."""
+    installation_id, repo, number = (
+        arguments.get(name) for name in ("installation_id", "repo", "number")
+    )
+    if isinstance(installation_id, int) and isinstance(repo, str) and isinstance(number, int):
+        return IssueRef(installation_id=installation_id, repo=repo, number=number)
+    return None

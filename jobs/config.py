@@ -23,6 +23,7 @@ async def _read(installation_id: int, repo: str, sha: str) -> str:
     ctx = services()
     async with github_app(ctx.settings, ctx.store) as app:
         gh = await app.for_installation(installation_id)
+        ctx.store.forget_repo_file(repo)  # what runs read at the branch is this version now
         try:
             file = await load_repo_config(gh, ctx.store, repo, sha)
         except InvalidRepoConfig as exc:

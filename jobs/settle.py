@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from bot import settle
-from bot.model import IssueRef
+from bot.model import IssueRef, Run
 from bot.snapshot import github_time
 from jobs import job, services
 
@@ -13,8 +13,20 @@ from jobs import job, services
 @job
 def settle_head(installation_id: int, repo: str, head_sha: str) -> str:
     """Settle the run that pushed head_sha, if its checks are final; return what happened."""
-    run = asyncio.run(settle.settle_head(services(), installation_id, repo, head_sha))
+    run = asyncio.run(_settle_head(installation_id, repo, head_sha))
     return run.state.value if run is not None else "unchanged"
+
+
+async def _settle_head(installation_id: int, repo: str, head_sha: str) -> Run | None:
+    """Settle one head, never twice at once: a duplicate waits, then finds it settled.
+
+    The result is noted first: a run not yet recorded as pushed finds it once it is,
+    and looks then (bot/runner.py).
+    """
+    ctx = services()
+    ctx.store.note_check_result(repo, head_sha)
+    async with ctx.store.settle_lock(repo, head_sha):
+        return await settle.settle_head(ctx, installation_id, repo, head_sha)
 
 
 @job
@@ -44,3 +56,18 @@ def settle_issue_closed(installation_id: int, repo: str, number: int) -> str:
     issue = IssueRef(installation_id=installation_id, repo=repo, number=number)
     asyncio.run(settle.settle_issue_closed(services(), issue))
     return "done"
+
+
+@job
+def label_taken_off(installation_id: int, repo: str, number: int, label: str, sender: str) -> str:
+    """Withdraw the issue if a maintainer took its queue or in-progress label off."""
+    issue = IssueRef(installation_id=installation_id, repo=repo, number=number)
+    return asyncio.run(settle.settle_label_taken_off(services(), issue, label, sender))
+
+
+@job
+def issue_deleted(installation_id: int, repo: str, number: int) -> str:
+    """End the work on an issue a maintainer deleted."""
+    issue = IssueRef(installation_id=installation_id, repo=repo, number=number)
+    settle.end_gone_issue(services(), issue, "was deleted")
+    return "gone"

@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,7 @@ def started(redis_url: str, workdir: Path, **env: str) -> LocalBaton:
             "BATON_BACKOFF_BASE_SECONDS": "0.2",
             "BATON_ESCALATION_MENTIONS": "octo-lead",
             "BATON_RESUME_BUFFER_SECONDS": "0",
+            "BATON_NO_CHECKS_AFTER_SECONDS": "2",
             **env,
         },
     )
@@ -189,6 +190,32 @@ async def test_labelled_issue_becomes_a_green_pr_then_merges(
         lambda: _issue_closed(maintainer, repo, number), "the merge closing the issue"
     )
     assert closed["state_reason"] == "completed"
+
+
+async def test_a_repository_without_ci_goes_to_review_after_the_no_checks_wait(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """GitHub reports nothing for a head no CI runs on: no suite, no status (pending, 0)."""
+    repo = await new_repo(maintainer, stack, {"README.md": "# no ci\n", "greeting.txt": "hi\n"})
+    number = await queued_issue(maintainer, repo, "No CI here", GREETING_FIX)
+    run = await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN, RunState.FAILED),
+        "the run settling",
+        90,
+    )
+    assert run.state is RunState.PUSHED_GREEN, run.reason
+    pushed, green = run.history[-2], run.history[-1]
+    assert pushed.state is RunState.PUSHED_PENDING
+    assert (green.at - pushed.at).total_seconds() >= 2, "green only after the wait"
+    await eventually(
+        lambda: _labels_are(maintainer, repo, number, {"baton:review"}), "labels settling"
+    )
+    assert run.pr_number is not None
+    said = await eventually(
+        lambda: _comment_saying(maintainer, repo, run.pr_number, "No CI reported"),
+        "the PR's status comment",
+    )
+    assert "no checks are required" in said["body"]
 
 
 async def _issue_closed(maintainer: Maintainer, repo: str, number: int) -> dict[str, Any] | None:
@@ -545,9 +572,24 @@ async def test_closing_a_pr_unmerged_ends_the_run_without_a_requeue(
     assert latest_run(store, repo, number).attempt == run.attempt  # type: ignore[union-attr]
 
 
-async def test_closing_the_issue_stops_a_live_run_and_keeps_its_work(
-    stack: LocalBaton, maintainer: Maintainer, store: Store
+async def close_issue(maintainer: Maintainer, repo: str, number: int) -> None:
+    await maintainer.gh.patch(
+        "/repos/{+repo}/issues/{number}", {"repo": repo, "number": number}, data={"state": "closed"}
+    )
+
+
+async def take_in_progress_off(maintainer: Maintainer, repo: str, number: int) -> None:
+    await maintainer.remove_label(repo, number, "baton:in-progress")
+
+
+@pytest.mark.parametrize("stop", [close_issue, take_in_progress_off])
+async def test_a_maintainer_stops_a_live_run_and_its_work_is_kept(
+    stack: LocalBaton,
+    maintainer: Maintainer,
+    store: Store,
+    stop: Callable[[Maintainer, str, int], Awaitable[None]],
 ) -> None:
+    """Closing the issue, or taking its in-progress label off, stops the agent at once."""
     repo = await new_repo(maintainer, stack)
     body = "agent: write greeting.txt hello\nagent: commit Work in progress\nagent: sleep 30"
     number = await queued_issue(maintainer, repo, "Stop me", body)
@@ -557,18 +599,15 @@ async def test_closing_the_issue_stops_a_live_run_and_keeps_its_work(
         return transcript_path.exists() and "committed" in transcript_path.read_text()
 
     await eventually(sleeping, "the agent's commit", 60)
-    await maintainer.gh.patch(
-        "/repos/{+repo}/issues/{number}",
-        {"repo": repo, "number": number},
-        data={"state": "closed"},
-    )
+    await stop(maintainer, repo, number)
     run = await eventually(lambda: run_state(store, repo, number, RunState.KILLED), "the stop", 30)
     assert run.failure_class == "admin-kill"
     assert run.agent_result is not None and run.agent_result.stop_reason == "cancelled"
     transcript = run.agent_result.transcript_path.read_text()
     assert "wrote greeting.txt" in transcript
     assert "Done: followed the issue's instructions." not in transcript, "stopped mid-sleep"
-    await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels off")
+    if stop is close_issue:
+        await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels off")
     branch = await maintainer.gh.getitem(
         "/repos/{+repo}/branches/{branch}", {"repo": repo, "branch": run.branch}
     )

@@ -252,3 +252,33 @@ async def _restacked_on(store: Store, repo: str, number: int, predecessor: Run) 
     if run is None or run.state is not RunState.PUSHED_GREEN:
         return None
     return run if run.base_sha == predecessor.head_sha else None
+
+
+async def test_a_chain_whose_links_get_no_checks_completes(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """Workflows often run only on PRs into the default branch: a stacked link gets none."""
+    repo, tracking, links = await queued_chain(
+        stack,
+        maintainer,
+        "agent: write one.txt 1",
+        "agent: write two.txt 2",
+        files={"README.md": "# no ci\n"},
+    )
+    runs = [await green(store, repo, number) for number in links]
+    assert [run.base_branch for run in runs] == ["main", runs[0].branch]
+    await eventually(
+        lambda: _comment_saying(maintainer, repo, tracking, "every link is done"),
+        "the tracking issue's status",
+        30,
+    )
+    for number in links:  # each merge restacks the next link, which settles again by silence
+        ready = await eventually(
+            lambda number=number: _ready_to_merge(maintainer, store, repo, number),
+            f"#{number} restacked onto main and green",
+            60,
+        )
+        await maintainer.merge(repo, ready.pr_number or 0)
+        await eventually(
+            lambda number=number: run_state(store, repo, number, RunState.MERGED), "the merge", 30
+        )

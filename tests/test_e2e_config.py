@@ -188,3 +188,36 @@ async def test_a_file_raising_a_limit_is_explained_once_and_starts_nothing(
     )
     assert latest_run(store, repo, number) is None
     assert len(await baton_comments(maintainer, repo, number)) == 1
+
+
+MATRIX_CI = """#!/bin/sh
+# 38 jobs; only job-35, the required one, checks the greeting.
+if [ "$SANDBOX_CHECK" = job-35 ]; then
+    grep -q hello greeting.txt || { echo "job-35: greeting.txt does not say hello"; exit 1; }
+fi
+"""
+
+
+async def test_a_required_check_on_the_second_page_of_a_matrix_decides(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """GitHub lists 30 check runs a page by default: job-35 of 38 is only on page 2."""
+    files = {
+        **PROJECT,
+        ".sandbox/ci": MATRIX_CI,
+        ".sandbox/checks": "".join(f"job-{n:02}\n" for n in range(1, 39)),
+        ".github/baton.yml": "required_checks:\n  - job-35\n",
+    }
+    repo = await new_repo(maintainer, stack, files)
+    body = "agent@1: write greeting.txt nope\nagent@2: write greeting.txt hello"
+    number = await queued_issue(maintainer, repo, "A matrix", body)
+    green = await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "green on job-35", 120
+    )
+    assert green.attempt == 2
+    first = store.run(green.issue, 1)
+    assert first is not None and first.failure_class == "checks-failed"
+    brief = (stack.workdir / "baton" / "runs" / repo / str(number) / "2" / "brief.md").read_text()
+    assert "### job-35: failure" in brief
+    assert "greeting.txt does not say hello" in brief
+    assert "job-01" not in brief, "only the required check's failure goes back"

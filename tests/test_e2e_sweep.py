@@ -15,11 +15,14 @@ from pathlib import Path
 import pytest
 import redis
 from rq import Worker
+from rq.job import Job, JobStatus
 
 from bot.devstack import LocalBaton, Process
-from bot.dispatch import job_id
+from bot.dispatch import AGENTS, EVENTS, Dispatcher, job_id
+from bot.github import github_app
 from bot.model import IssueRef, Run, RunState, utcnow
 from bot.sandbox.maintainer import Maintainer, eventually
+from bot.settings import Settings
 from bot.store import Store
 from tests.conftest import RedisServer
 from tests.test_e2e import (  # maintainer and store act on this module's own stack
@@ -305,3 +308,186 @@ async def test_work_committed_before_a_worker_died_survives_as_a_checkpoint(
     orphaned = store.run(issue, 1)
     assert orphaned is not None and orphaned.failure_class == "orphan-progress"
     assert sorted(done.changed_files) == ["greeting.txt", "notes.txt"]
+
+
+async def test_a_lost_merge_webhook_for_a_green_pr_is_settled_by_the_sweep(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack)
+    number = await queued_issue(maintainer, repo, "Merged in an outage", GREETING_FIX)
+    run = await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "green", 60
+    )
+    assert run.pr_number is not None
+    async with webhooks_lost(maintainer, stack):
+        await maintainer.merge(repo, run.pr_number)
+        assert await run_state(store, repo, number, RunState.PUSHED_GREEN) is not None
+        await sweep_until(stack, f"settled {repo}#{number}")
+        await eventually(lambda: run_state(store, repo, number, RunState.MERGED), "merged")
+        await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels off")
+
+
+@contextlib.contextmanager
+def agents_held(stack: LocalBaton) -> Iterator[None]:
+    """Inside the block deliveries become jobs, but no worker takes an agent run."""
+    agent_workers = [name for name in stack.processes if name.startswith("worker-")]
+    for name in agent_workers:
+        stack.processes[name].stop()
+    stack.start_worker("events-only", queues=(EVENTS,))
+    try:
+        yield
+    finally:
+        stack.processes.pop("events-only").stop()
+        for name in agent_workers:
+            stack.start_worker(name)
+
+
+async def run_job_queued(stack: LocalBaton, repo: str, number: int) -> Job:
+    """Return the issue's run job once it waits on the agents' queue."""
+    dispatch = Dispatcher.from_url(stack.redis_url, Settings(REDIS_URL=stack.redis_url))
+
+    async def queued() -> Job | None:
+        jobs = Job.fetch_many(dispatch.queues[AGENTS].get_job_ids(), dispatch.connection)
+        return next((j for j in jobs if j is not None and j.args[1:3] == (repo, number)), None)
+
+    return await eventually(queued, "its run job queued")
+
+
+async def finished(job: Job) -> None:
+    await eventually(
+        lambda: asyncio.to_thread(lambda: job.get_status(refresh=True) is JobStatus.FINISHED),
+        "the run job ending",
+    )
+
+
+async def test_an_issue_deleted_before_its_run_ends_the_job_in_one_line(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """GitHub answers 410 Gone for a deleted issue: nothing to retry, nothing left to do."""
+    repo = await new_repo(maintainer, stack)
+    with agents_held(stack):
+        number = await queued_issue(maintainer, repo, "Deleted while queued", GREETING_FIX)
+        job = await run_job_queued(stack, repo, number)
+        await maintainer.delete_issue(repo, number)
+    await finished(job)
+    assert job.return_value() == "gone"
+    assert latest_run(store, repo, number) is None, "deleted: its webhook ended the work"
+
+
+async def test_an_issue_withdrawn_before_its_run_starts_is_not_run(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """A start that trusts its label event's view of the issue still sees a withdrawal."""
+    repo = await new_repo(maintainer, stack)
+    with agents_held(stack):
+        number = await queued_issue(maintainer, repo, "Queued by mistake", GREETING_FIX)
+        job = await run_job_queued(stack, repo, number)
+        await maintainer.remove_label(repo, number, "baton:queue")
+        issue = IssueRef(installation_id=1, repo=repo, number=number)
+        await eventually(
+            lambda: asyncio.to_thread(
+                store.withdrawn_since, issue, utcnow() - timedelta(minutes=1)
+            ),
+            "the withdrawal recorded",
+        )
+    await finished(job)
+    assert latest_run(store, repo, number) is None
+
+
+async def test_a_sweep_during_a_backlog_queues_no_second_run(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """Fifty queued issues whose run jobs wait for a worker are not taken for lost webhooks."""
+    repo = await new_repo(maintainer, stack)
+    dispatch = Dispatcher.from_url(stack.redis_url, Settings(REDIS_URL=stack.redis_url))
+    numbers: list[int] = []
+    with agents_held(stack):
+        for start in range(0, 50, 10):
+            numbers += await asyncio.gather(
+                *(
+                    queued_issue(maintainer, repo, f"Backlog {n}", GREETING_FIX)
+                    for n in range(start, start + 10)
+                )
+            )
+
+        async def all_queued() -> bool:
+            pending = await asyncio.to_thread(dispatch.pending_runs)
+            return {issue.number for issue in pending if issue.repo == repo} == set(numbers)
+
+        await eventually(all_queued, "a run job queued for each of the 50 issues", 60)
+        jobs_before = dispatch.queues[AGENTS].count
+        printed = await asyncio.to_thread(sweep, stack)
+        assert repo not in printed, printed
+        assert dispatch.queues[AGENTS].count == jobs_before, "no second run job"
+    for number in numbers:
+        run = await eventually(
+            lambda n=number: run_state(store, repo, n, RunState.PUSHED_GREEN), "green", 180
+        )
+        assert run.attempt == 1
+
+
+async def test_a_deleted_issue_and_a_suspended_installation_leave_the_rest_swept(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """GitHub answers 410 for a deleted issue and 403 for a suspended installation's token."""
+    deleted_repo = await new_repo(maintainer, stack)
+    deleted = await queued_issue(maintainer, deleted_repo, "Deleted later", GREETING_FIX)
+    await eventually(
+        lambda: run_state(store, deleted_repo, deleted, RunState.PUSHED_GREEN), "green", 60
+    )
+    alice = maintainer.as_user("alice")
+    other = await alice.create_repo(f"elsewhere-{os.getpid()}", PROJECT, stack.workdir)
+    others_repo = str(other["full_name"])
+    async with webhooks_lost(maintainer, stack):  # only the sweep can find out
+        await maintainer.delete_issue(deleted_repo, deleted)
+        missed = int((await alice.open_issue(others_repo, "Missed", GREETING_FIX))["number"])
+        await alice.add_label(others_repo, missed, "baton:queue")
+    await maintainer.suspend_installation(1)
+    try:
+        printed = await asyncio.to_thread(sweep, stack)
+        assert f"picked_up {others_repo}#{missed}" in printed, printed
+        assert "the installation is suspended" in printed, printed
+    finally:
+        await maintainer.suspend_installation(1, suspended=False)
+    printed = await sweep_until(stack, f"ended {deleted_repo}#{deleted}")
+    run = latest_run(store, deleted_repo, deleted)
+    assert run is not None and run.state is RunState.CLOSED
+    assert run.reason == "the issue was deleted"
+    issue = IssueRef(installation_id=1, repo=deleted_repo, number=deleted)
+    assert issue not in store.in_flight() and store.status_comment(issue) is None
+    assert f"{deleted_repo}#{deleted}" not in await asyncio.to_thread(sweep, stack)
+    others = await eventually(
+        lambda: asyncio.to_thread(
+            store.latest_run, IssueRef(installation_id=2, repo=others_repo, number=missed)
+        ),
+        "the other installation's issue picked up",
+    )
+    assert others.attempt == 1
+
+
+async def test_an_installation_near_its_rate_limit_pauses_its_sweeps_while_a_run_completes(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """GitHub's x-ratelimit-remaining says what is left; the last 20% is left to runs."""
+    settings = Settings(**{k: v for k, v in stack.baton_env().items() if k.isupper()})
+    repo = await new_repo(maintainer, stack)
+    async with github_app(settings, store) as app:
+        gh = await app.for_installation(1)
+        used = int((await gh.getitem("/rate_limit"))["resources"]["core"]["used"])
+        limit = max(used + 60, 300)
+        for _ in range(limit - 60 - used):  # spend the hour down to 60 requests left
+            await gh.getitem("/repos/{+repo}", {"repo": repo})
+    await maintainer.set_rate_limit(limit)
+    try:
+        number = await queued_issue(maintainer, repo, "On a thin budget", GREETING_FIX)
+        await eventually(lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "green")
+        printed = await asyncio.to_thread(sweep, stack)
+        assert "paused installation 1" in printed, printed
+        await eventually(
+            lambda: _labels_are(maintainer, repo, number, {"baton:review"}), "the run's labels"
+        )
+    finally:
+        await maintainer.set_rate_limit(5000)
+        async with github_app(settings, store) as app:  # the next answer says so
+            await (await app.for_installation(1)).getitem("/repos/{+repo}", {"repo": repo})
+    assert "paused" not in await asyncio.to_thread(sweep, stack)

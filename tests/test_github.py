@@ -112,3 +112,44 @@ async def test_client_errors_are_not_retried(app: GitHubApp, maintainer: Maintai
     assert failure.value.status_code == 404
     counted = await calls(maintainer)
     assert sum(kind["total"] for kind in counted.values()) == 1
+
+
+async def test_a_token_refused_in_its_first_seconds_is_retried_until_it_works(
+    app: GitHubApp, maintainer: Maintainer
+) -> None:
+    """GitHub may refuse a token minted a moment ago (401) until every server knows it."""
+    await maintainer.gh.post("/user/repos", data={"name": "widgets"})
+    await maintainer.delay_fresh_tokens(1.5)
+    gh = await app.for_installation(1)  # mints the token now
+    await maintainer.gh.delete("/_sandbox/calls")
+    repo = await gh.getitem(REPO_PATH, {"repo": "maintainer/widgets"})
+    assert repo["name"] == "widgets"
+    counted = await calls(maintainer)
+    tries = sum(kind["calls"].get("GET /repos/{owner}/{repo}", 0) for kind in counted.values())
+    assert tries > 1, "the first answer was the refusal"
+
+
+async def test_lists_are_read_whole_and_repeated_reads_are_free(
+    app: GitHubApp, maintainer: Maintainer, store: Store
+) -> None:
+    """Baton asks for 100 a page and follows Link; an unchanged answer is a free 304."""
+    await maintainer.gh.post("/user/repos", data={"name": "widgets"})
+    for n in range(130):
+        await maintainer.open_issue("maintainer/widgets", f"Issue {n}", "")
+    gh = await app.for_installation(1)
+    url = "/repos/{+repo}/issues?state=open"
+    await maintainer.gh.delete("/_sandbox/calls")
+    first = [issue["number"] async for issue in gh.getiter(url, {"repo": "maintainer/widgets"})]
+    assert sorted(first) == list(range(1, 131))
+    counted = await calls(maintainer)
+    assert counted["installation"]["total"] == 2  # 100, then 30
+
+    again = await app.for_installation(1)  # another job, the ETags still in Redis
+    await maintainer.gh.delete("/_sandbox/calls")
+    second = [n["number"] async for n in again.getiter(url, {"repo": "maintainer/widgets"})]
+    assert second == first
+    counted = await calls(maintainer)
+    assert counted["installation"]["total"] == 0
+    assert counted["installation"]["not_modified"] == 2
+    budget = store.rate_limit(app.identity, 1)
+    assert budget is not None and 0 < budget.remaining < budget.limit

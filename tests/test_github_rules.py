@@ -59,6 +59,7 @@ def test_fresh_token_retries_end_when_the_token_is_old_enough() -> None:
 @pytest.mark.parametrize(
     ("path", "kept"),
     [
+        ("/repos/o/r", True),  # each run's look at the repository
         ("/repos/o/r/issues", True),  # the sweep's list of queued issues
         ("/repos/o/r/issues/7", True),
         ("/repos/o/r/contents/.github/baton.yml", True),

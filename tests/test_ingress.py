@@ -69,6 +69,12 @@ BASES: dict[tuple[str, str | None], tuple[str, Callable[[Json], object], str]] =
         lambda d: d.update(action="closed"),
         "accepted",
     ),
+    ("issues", "unlabeled"): ("issues/unlabeled.json", lambda d: None, "accepted"),
+    ("issues", "deleted"): (
+        "issues/reopened.json",
+        lambda d: d.update(action="deleted"),
+        "accepted",
+    ),
     ("issue_comment", "created"): (
         "issue_comment/created.json",
         lambda d: d["comment"].update(body="/baton retry"),

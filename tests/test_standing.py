@@ -40,11 +40,12 @@ async def test_a_role_is_read_from_github_once_and_kept_briefly(
         await maintainer.grant(REPO, f"octo-{role}", role)
     gh = await app.for_installation(1)
     assert [await role_of(gh, store, REPO, f"octo-{role}") for role in roles] == list(roles)
+    # The account that owns a personal repository is its admin: GitHub is not asked.
     assert await role_of(gh, store, REPO, "maintainer") == "admin"
-    assert await permission_calls(maintainer) == 6
+    assert await permission_calls(maintainer) == 5
     await maintainer.grant(REPO, "octo-write", "read")  # revoked: it takes effect once it expires
     assert await role_of(gh, store, REPO, "octo-write") == "write"
-    assert await permission_calls(maintainer) == 6
+    assert await permission_calls(maintainer) == 5
 
 
 async def test_the_rule_judges_people_by_role_and_bots_by_trust_without_asking(
@@ -102,8 +103,10 @@ async def test_a_repository_may_raise_the_role_never_lower_it(
     await maintainer.push_to_main(
         REPO, {".github/baton.yml": "steer_min_role: read\n"}, tmp_path, "Let anyone steer"
     )
+    store.forget_repo_file(REPO)  # as the push's own job does (jobs/config.py)
     assert (await repository_settings(gh, store, settings, REPO)).steer_min_role == "write"
     await maintainer.push_to_main(REPO, {".github/baton.yml": "steer_min_role: [\n"}, tmp_path, "x")
+    store.forget_repo_file(REPO)
     assert (await repository_settings(gh, store, settings, REPO)).steer_min_role == "write"
 
 

@@ -88,8 +88,10 @@ async def test_labelled_issue_enqueues_one_run(client: TestClient, dispatch: Dis
     [(func, args)] = queued(dispatch, AGENTS)
     assert func == "jobs.run.run_issue"
     assert args[:6] == (7, repo, issue["number"], "fresh", 0, "Codertocat")
-    # The issue as the label event carried it: the run works from this text.
-    assert args[6:] == (issue["title"], issue["body"], "2019-05-15T15:20:18+00:00", "label")
+    # The issue as the label event carried it: the run works from this text, and its
+    # labels stand for a read of the issue when the run starts promptly.
+    shown = json.dumps(sorted(label["name"] for label in issue["labels"]))
+    assert args[6:] == (issue["title"], issue["body"], "2019-05-15T15:20:18+00:00", "label", shown)
 
 
 @pytest.mark.parametrize(
@@ -201,6 +203,7 @@ async def test_ghes_payload_with_installation_enqueues(
         data["issue"]["body"],
         "2019-05-15T19:37:54+00:00",
         "label",
+        json.dumps(sorted(label["name"] for label in data["issue"]["labels"])),
     )
 
 
