@@ -6,6 +6,7 @@ import contextlib
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -48,6 +49,13 @@ class Settings(BaseSettings):
     )
     github_api_url: str = Field(default="https://api.github.com", validation_alias="GITHUB_API_URL")
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", validation_alias="REDIS_URL")
+    redis_tls_verify: bool = Field(
+        default=True,
+        validation_alias="BATON_REDIS_TLS_VERIFY",
+        description="Whether a `rediss://` Redis's certificate is verified. `false` keeps the "
+        "connection encrypted without verifying it, for a Redis whose certificate is "
+        "self-signed, such as Heroku Redis's.",
+    )
     data_dir: Path = Field(default=Path("var/baton"), validation_alias="BATON_DATA_DIR")
     port: int = Field(default=8000, validation_alias="PORT")
     log_format: LogFormat = Field(
@@ -285,6 +293,16 @@ class Settings(BaseSettings):
         if isinstance(value, Path):
             return value.absolute()
         return [path.absolute() for path in value]
+
+    @model_validator(mode="after")
+    def _unverified_tls(self) -> Settings:
+        # The add-on sets REDIS_URL itself, so the setting, not the URL, says so.
+        url = urlsplit(self.redis_url)
+        if self.redis_tls_verify or url.scheme != "rediss" or "ssl_cert_reqs=" in url.query:
+            return self
+        query = "&".join(part for part in (url.query, "ssl_cert_reqs=none") if part)
+        self.redis_url = urlunsplit(url._replace(query=query))
+        return self
 
     @model_validator(mode="after")
     def _one_private_key(self) -> Settings:

@@ -600,3 +600,24 @@ def test_a_repository_s_labels_replace_the_deployment_s_one_by_one() -> None:
 def test_labels_must_be_distinct_and_fit_github(text: str, words: str) -> None:
     error = error_of(text)
     assert error.key.startswith("labels") and words in error.problem
+
+
+@pytest.mark.parametrize(
+    ("url", "verify", "expected"),
+    [
+        (
+            "rediss://u:p@redis.example:6380",
+            "false",
+            "rediss://u:p@redis.example:6380?ssl_cert_reqs=none",
+        ),
+        ("rediss://h:1/0?db=0", "false", "rediss://h:1/0?db=0&ssl_cert_reqs=none"),
+        ("rediss://h:1/0", "true", "rediss://h:1/0"),  # verified: the default
+        ("redis://h:1/0", "false", "redis://h:1/0"),  # no TLS to verify
+        ("rediss://h:1/0?ssl_cert_reqs=required", "false", "rediss://h:1/0?ssl_cert_reqs=required"),
+    ],
+)
+def test_a_redis_with_a_self_signed_certificate_is_used_encrypted_unverified(
+    url: str, verify: str, expected: str
+) -> None:
+    """Heroku Redis's certificates are self-signed and its add-on sets REDIS_URL itself."""
+    assert Settings(REDIS_URL=url, BATON_REDIS_TLS_VERIFY=verify).redis_url == expected

@@ -1,8 +1,7 @@
 # Baton: one image for every process; the command picks it (`baton web`, `baton worker`,
 # `baton clock`). Agent CLIs are optional, named at build time:
-#   docker build -f docs/deploy/Dockerfile --build-arg AGENT_CLIS="claude codex aider" -t baton .
-# run from the repository's root, which is the build context.
-# See docs/deploy.md.
+#   docker build --build-arg AGENT_CLIS="claude codex aider" -t baton .
+# Baton's packages are the versions uv.lock pins. See docs/deploy.md.
 
 # Claude Code and Codex come from npm and need Node.js. They are installed in a stage of
 # their own, so the final image carries Node.js only when one of them is asked for.
@@ -24,7 +23,11 @@ RUN set -eu; \
         cp "$(command -v node)" /out/bin/node; \
     fi
 
-FROM python:3.12-slim-bookworm
+# uv installs Baton from uv.lock: the version Heroku's Python buildpack builds with.
+FROM ghcr.io/astral-sh/uv:0.12.5 AS uv
+
+# The Python of .python-version.
+FROM python:3.11-slim-bookworm
 ARG AGENT_CLIS=""
 ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -47,12 +50,23 @@ RUN case " $AGENT_CLIS " in \
             && ln -s /opt/aider/bin/aider /usr/local/bin/aider ;; \
     esac
 
+# Baton's own virtualenv, from the lock and the image's Python only: `--locked` fails the
+# build when uv.lock no longer matches pyproject.toml. The locked packages are a layer of
+# their own, rebuilt only when the lock changes.
+COPY --from=uv /uv /usr/local/bin/uv
+ENV UV_PROJECT_ENVIRONMENT=/opt/baton/.venv \
+    UV_PYTHON_DOWNLOADS=never \
+    UV_COMPILE_BYTECODE=1 \
+    UV_LINK_MODE=copy \
+    UV_NO_CACHE=1 \
+    PATH=/opt/baton/.venv/bin:$PATH
 WORKDIR /opt/baton
-COPY pyproject.toml README.md ./
+COPY pyproject.toml uv.lock .python-version README.md ./
+RUN uv sync --locked --no-editable --no-install-project
 COPY bot ./bot
 COPY handlers ./handlers
 COPY jobs ./jobs
-RUN pip install . && rm -rf build *.egg-info
+RUN uv sync --locked --no-editable && rm -rf build *.egg-info
 
 # Mirrors, worktrees, transcripts and the agent's home; a worker wants a volume here.
 ENV BATON_DATA_DIR=/data HOME=/home/baton
