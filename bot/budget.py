@@ -134,4 +134,5 @@ _WHY_ESCALATE = {
     "no-change": "the agent finished without changing anything",
     "provider-credit": "the provider refused on billing or credentials; waiting will not help",
     "cost-cap": "the agent stopped at its spending cap",
+    "audit-flagged": "the settlement audit flagged the green pull request's diff",
 }

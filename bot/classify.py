@@ -1,4 +1,4 @@
-"""Classify a run that ended without a green PR: its class, the one recovery it names, and why.
+"""Classify a run that ended without a green PR, or was held by its audit: class, recovery, why.
 
 Pure: the facts come in, a Classification goes out. The code that performs a
 recovery never chooses one; it asks here.
@@ -23,6 +23,8 @@ Ending = Literal[
     "push-failed",
     "pr-failed",
     "infra-failed",  # git, the GitHub API or the disk failed under the run
+    "audit-flagged",  # green, and held: the settlement audit flagged its diff
+    "interrupted",  # its worker was told to stop (a restart) and handed the run over
 ]
 
 
@@ -57,6 +59,8 @@ _RULES: dict[FailureClass, tuple[Recovery, Budget]] = {
     FailureClass.ENV_START_FAILURE: (Recovery.BACKOFF, Budget.NOTHING),
     FailureClass.DISPATCH_INFRA: (Recovery.BACKOFF, Budget.NOTHING),
     FailureClass.ADMIN_KILL: (Recovery.NONE, Budget.NOTHING),
+    FailureClass.AUDIT_FLAGGED: (Recovery.ESCALATE, Budget.NOTHING),
+    FailureClass.INTERRUPTED: (Recovery.CONTINUE, Budget.NOTHING),  # a restart is nobody's fault
 }
 
 _DIRECT: dict[str, FailureClass] = {
@@ -67,6 +71,8 @@ _DIRECT: dict[str, FailureClass] = {
     "push-failed": FailureClass.DISPATCH_INFRA,
     "pr-failed": FailureClass.DISPATCH_INFRA,
     "infra-failed": FailureClass.DISPATCH_INFRA,
+    "audit-flagged": FailureClass.AUDIT_FLAGGED,
+    "interrupted": FailureClass.INTERRUPTED,
 }
 
 # What the agent adapter said, for the stop reasons that do not depend on git facts.

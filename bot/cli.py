@@ -57,12 +57,11 @@ def cmd_web(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    """Work jobs off Baton's queues."""
-    from rq import Worker
-
+    """Work jobs off Baton's queues; on SIGTERM, hand running work over within the grace."""
     from bot.agents import adapter_for
     from bot.dispatch import QUEUES, RETIRED_QUEUES, Dispatcher
     from bot.intake import ForwarderProcess
+    from bot.worker import BatonWorker
 
     settings = load_settings()
     _connected_store(settings).ensure_intake_group()
@@ -87,7 +86,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import jobs.steering  # noqa: F401
 
     dispatch = Dispatcher.from_url(settings.redis_url, settings)
-    worker = Worker([dispatch.queues[name] for name in args.queues], connection=dispatch.connection)
+    worker = BatonWorker(
+        [dispatch.queues[name] for name in args.queues],
+        connection=dispatch.connection,
+        grace_seconds=settings.shutdown_grace_seconds,
+    )
     # Beside each worker, a forwarder turns accepted deliveries into jobs (bot/intake.py).
     forwarder = ForwarderProcess(args.verbose)
     try:
@@ -113,7 +116,7 @@ def _check_sandbox(settings: Settings) -> None:
 
 
 def cmd_clock(args: argparse.Namespace) -> int:
-    """Keep time: sweep on schedule and move scheduled jobs onto their queues."""
+    """Keep time: sweep on schedule, take over lapsed claims, move scheduled jobs onto queues."""
     import signal
     import threading
     from types import FrameType
@@ -134,7 +137,11 @@ def cmd_clock(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    log.info("baton clock: sweeping every %.0fs", settings.sweep_interval_seconds)
+    log.info(
+        "baton clock: sweeping every %.0fs, checking for lapsed claims every %.0fs",
+        settings.sweep_interval_seconds,
+        settings.takeover_check_seconds,
+    )
     keep_time(Services(settings, store, Dispatcher.from_url(settings.redis_url, settings)), stop)
     return 0
 

@@ -189,6 +189,19 @@ class RepoConfig(_FileModel):
         "issues, links that mention the same files) refuse the chain instead of only being "
         "reported on the tracking issue.",
     )
+    audit: Literal["advisory", "hold"] = Field(
+        default="advisory",
+        description="What the settlement audit of a green pull request does with what it "
+        "flags (tests deleted or skipped, assertions removed or loosened, CI or thresholds "
+        "turned down, a diff it cannot read whole): `advisory` lists the flags in the status "
+        "comments and leaves the run as it is; `hold` also keeps a flagged pull request "
+        "from the review label and escalates it once, with the flags as the reason.",
+    )
+    audit_scope: bool = Field(
+        default=False,
+        description="The settlement audit also flags each changed file the issue's text "
+        "does not mention (by path, file name or folder; a test file by the file it tests).",
+    )
     escalation_mentions: list[str] | None = Field(
         default=None,
         description="Logins @mentioned in escalation comments. Unset: `BATON_ESCALATION_MENTIONS`.",
@@ -616,6 +629,8 @@ wall_clock_minutes: 45
 max_cost_usd: 20
 halt_on_usage_window: true
 strict_preflight: false
+audit: hold
+audit_scope: true
 escalation_mentions:
   - octocat
   - hubot

@@ -245,9 +245,25 @@ class LocalBaton:
         self._spawn_baton("web", "web", "--host", "127.0.0.1")
         wait_until(lambda: http_ok(f"{self.web_url}/healthz"), "baton web answering /healthz")
 
-    def start_worker(self, name: str, queues: tuple[str, ...] = (EVENTS, AGENTS)) -> Process:
-        """Start one `baton worker` on the given queues."""
-        return self._spawn_baton(name, "worker", "--queues", *queues)
+    def start_worker(
+        self,
+        name: str,
+        queues: tuple[str, ...] = (EVENTS, AGENTS),
+        data_dir: Path | None = None,
+    ) -> Process:
+        """Start one `baton worker` on the given queues.
+
+        data_dir stands for another machine's disk: the worker keeps its mirrors,
+        worktrees and agent homes there instead of in the stack's shared directory.
+        """
+        env = self.baton_env()
+        if data_dir is not None:
+            env["BATON_DATA_DIR"] = str(data_dir)
+        return self._spawn_baton(name, "worker", "--queues", *queues, env=env)
+
+    def start_clock(self) -> Process:
+        """Start `baton clock`: the sweep, RQ's scheduler and the takeover check."""
+        return self._spawn_baton("clock", "clock")
 
     def _spawn_baton(self, name: str, *args: str, env: dict[str, str] | None = None) -> Process:
         argv = [sys.executable, "-m", "bot", *args]

@@ -280,6 +280,18 @@ def command_job(issue: IssueRef, comment_id: int) -> JobSpec:
     )
 
 
+def orphan_job(issue: IssueRef, attempt: int) -> JobSpec:
+    """Return the job that concludes an attempt whose claim lapsed, starting its recovery.
+
+    One job per attempt, however often the clock sees its claim lapsed.
+    """
+    return _event_job(
+        "takeover.orphan",
+        (issue.installation_id, issue.repo, issue.number, attempt),
+        f"take over {issue} attempt {attempt}",
+    )
+
+
 def sync_labels_job(issue: IssueRef) -> JobSpec:
     """Return the job that applies the issue's recorded Baton label, retrying for minutes."""
     return JobSpec(

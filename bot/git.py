@@ -13,9 +13,10 @@ import shutil
 import signal
 import tempfile
 import unicodedata
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import urlsplit
@@ -33,6 +34,9 @@ BUNDLE_HEADER_CAP = 1024 * 1024
 BUNDLE_CAP = 2 * 1024**3  # the most the agent's commits of one attempt may weigh
 MIRROR_CONFIG = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n"
 BRANCH_PREFIX = "baton/"
+SALVAGE_PREFIX = f"{BRANCH_PREFIX}salvage/"  # uncommitted work saved at checkpoints
+SALVAGE_INDEX = "baton-salvage-index"  # in the checkout's git directory: the agent's own index
+SALVAGE_REF = "refs/baton/salvage"  # in the checkout: names the snapshot for its bundle
 _NOT_SLUG = re.compile(r"[^a-z0-9]+")
 
 
@@ -56,6 +60,32 @@ def branch_name(number: int, title: str) -> str:
     ascii_title = unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode()
     slug = _NOT_SLUG.sub("-", ascii_title.lower()).strip("-")[:40].rstrip("-")
     return f"{BRANCH_PREFIX}issue-{number}-{slug}" if slug else f"{BRANCH_PREFIX}issue-{number}"
+
+
+def salvage_branch(number: int) -> str:
+    """Return the branch that holds an issue's uncommitted work, saved at each checkpoint.
+
+    Never an issue's own branch (those are `baton/issue-<N>...`), so no pull request
+    ever moves to it.
+    """
+    return f"{SALVAGE_PREFIX}issue-{number}"
+
+
+@dataclass(frozen=True)
+class Salvage:
+    """The agent's uncommitted work, saved as a commit on top of what it had committed."""
+
+    sha: str
+    key: str  # the snapshot's tree and the agent's HEAD it was taken on: equal keys, same work
+
+
+@dataclass(frozen=True)
+class Salvaged:
+    """A salvage found on GitHub that a continuation starts from."""
+
+    sha: str
+    saved_at: datetime
+    files: tuple[str, ...]
 
 
 def auth_header(token: str) -> str:
@@ -215,11 +245,12 @@ class CheckoutGit:
         *args: str,
         check: bool = True,
         stdout_to: Path | None = None,
+        extra_env: Mapping[str, str] | None = None,
     ) -> Done:
         """Run `git args` in checkout; objects is the mirror's store its alternates name.
 
         With stdout_to, what git prints goes to that file (outside the jail's view), up
-        to BUNDLE_CAP bytes.
+        to BUNDLE_CAP bytes. extra_env adds to git's environment.
         """
         config = [*self.identity.config(), "-c", "core.fsmonitor=false"]
         with tempfile.TemporaryDirectory(prefix="baton-git-") as scratch_dir:
@@ -230,6 +261,7 @@ class CheckoutGit:
                 "LANG": "C.UTF-8",
                 "GIT_TERMINAL_PROMPT": "0",
                 "GIT_CONFIG_NOSYSTEM": "1",
+                **(extra_env or {}),
             }
             argv = ["git", *config, *args]
             jail = None
@@ -486,16 +518,98 @@ class Workspace:
             )
         if head == start:
             return head
+        await self._import(repo, checkout, "HEAD", head, start)
+        head = await self._inert_history(mirror, start, head)
+        await self.git.run(mirror, "update-ref", self.work_ref(number), head)
+        return head
+
+    async def salvage(
+        self, repo: str, number: int, start: str, since: Salvage | None, message: str
+    ) -> Salvage | None:
+        """Save what the agent left uncommitted as a commit on its HEAD, in the mirror.
+
+        The agent's checkout is left as it is: the snapshot is staged in an index of its
+        own, inside the agent's jail (the checkout's filters run where the agent runs),
+        and crosses into the mirror as collect's commits do. None when nothing is
+        uncommitted; since, when nothing changed since that salvage.
+        """
+        checkout = self.worktree_path(repo, number)
+        objects = self.mirror_path(repo) / "objects"
+        index = checkout / ".git" / SALVAGE_INDEX
+        own_index = {"GIT_INDEX_FILE": str(index)}
+
+        async def run(*args: str) -> str:
+            done = await self.checkout_git.run(checkout, objects, *args, extra_env=own_index)
+            return done.stdout.strip()
+
+        # Written afresh by git in the jail (never touched on the host: it is the agent's).
+        await run("read-tree", "HEAD")
+        await run("add", "--all")
+        tree, head = await run("write-tree"), await run("rev-parse", "--verify", "HEAD^{commit}")
+        committed = await run("rev-parse", "--verify", "HEAD^{tree}")
+        if not (_SHA.match(tree) and _SHA.match(head)):
+            raise GitError(["write-tree"], 1, f"not a tree and a commit: {tree[:80]!r}")
+        if tree == committed:
+            return None
+        key = f"{tree} {head}"
+        if since is not None and since.key == key:
+            return since
+        sha = await run("commit-tree", tree, "-p", head, "-m", message)
+        await run("update-ref", SALVAGE_REF, sha)
+        await self._import(repo, checkout, SALVAGE_REF, sha, start)
+        mirror = self.mirror_path(repo)
+        sha = await self._inert_history(mirror, start, sha)
+        await self.git.run(mirror, "update-ref", f"refs/baton/salvage/issue-{number}", sha)
+        return Salvage(sha, key)
+
+    async def salvaged(self, repo: str, number: int, start: str) -> Salvaged | None:
+        """Return the issue's salvage on GitHub (at the last fetch), if it builds on start.
+
+        A salvage taken before the branch moved on is stale: its edits were committed
+        since, or given up.
+        """
+        sha = await self.remote_branch(repo, salvage_branch(number))
+        if sha is None:
+            return None
+        mirror = self.mirror_path(repo)
+        try:
+            await self.git.run(mirror, "merge-base", "--is-ancestor", start, sha)
+        except GitError as exc:
+            if exc.returncode == 1:
+                return None
+            raise
+        when = await self.git.run(mirror, "log", "-1", "--format=%cI", sha)
+        files = await self.git.run_bytes(mirror, "diff", "--name-only", "-z", start, sha)
+        return Salvaged(
+            sha=sha,
+            saved_at=datetime.fromisoformat(when.strip()).astimezone(UTC),
+            files=tuple(name.decode(errors="replace") for name in files.split(b"\0") if name),
+        )
+
+    async def restore(self, repo: str, number: int, sha: str) -> None:
+        """Make a salvage's tree the checkout's uncommitted state, as the agent left it."""
+        path = self.worktree_path(repo, number)
+        await self.git.run(path, "read-tree", "--reset", "-u", sha)
+        await self.git.run(path, "reset", "--quiet")  # the index back to HEAD: edits unstaged
+
+    async def _import(self, repo: str, checkout: Path, ref: str, sha: str, start: str) -> None:
+        """Bring the commits from start to ref (at sha) of the agent's checkout into the mirror.
+
+        As a bundle written by git inside the jail to a file only Baton sees, indexed
+        with every object checked, never by reading the agent's repository.
+        """
+        mirror = self.mirror_path(repo)
+        run = self.checkout_git.run
         with tempfile.TemporaryDirectory(prefix="baton-bundle-") as kept_dir:
             bundle = Path(kept_dir) / "work.bundle"  # never in the jail's view
             await run(
                 checkout,
-                objects,
+                mirror / "objects",
                 "bundle",
                 "create",
                 "--quiet",
                 "-",
-                "HEAD",
+                ref,
                 f"^{start}",
                 stdout_to=bundle,
             )
@@ -504,18 +618,15 @@ class Workspace:
                     refs, offset = bundle_pack_offset(pack.read(BUNDLE_HEADER_CAP))
                 except ValueError as exc:
                     raise GitError(["bundle", "create"], 1, str(exc)) from exc
-                if refs.get("HEAD") != head:
+                if refs.get(ref) != sha:
                     raise GitError(
-                        ["bundle", "create"], 1, "the bundle's HEAD is not the checkout's"
+                        ["bundle", "create"], 1, f"the bundle's {ref} is not the checkout's"
                     )
                 pack.seek(offset)
                 # Every object checked as it is indexed: a bundle fetch does not fsck.
                 await self.git.run(
                     mirror, "index-pack", "--stdin", "--fix-thin", "--strict", stdin=pack
                 )
-        head = await self._inert_history(mirror, start, head)
-        await self.git.run(mirror, "update-ref", self.work_ref(number), head)
-        return head
 
     async def _inert_history(self, mirror: Path, start: str, head: str) -> str:
         """Return head with every commit message since start made inert on GitHub.
@@ -629,6 +740,20 @@ class Workspace:
             lease,
             clone_url,
             f"{sha}:refs/heads/{branch}",
+            token=token,
+        )
+
+    async def delete_branch(
+        self, repo: str, clone_url: str, branch: str, token: str, expected: str
+    ) -> None:
+        """Delete branch on GitHub, only if it is still at expected."""
+        await self.git.run(
+            self.mirror_path(repo),
+            "push",
+            "--quiet",
+            f"--force-with-lease=refs/heads/{branch}:{expected}",
+            clone_url,
+            f":refs/heads/{branch}",
             token=token,
         )
 

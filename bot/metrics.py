@@ -110,6 +110,13 @@ ESCALATIONS = Metric(
     type=MetricType.COUNTER,
     labels=("failure_class",),
 )
+AUDIT_FLAGS = Metric(
+    name="baton_audit_flags_total",
+    help="What the settlement audit flagged in green pull requests' diffs, by kind "
+    "(test-removed, skip-added, assertion-weakened, diff-unreadable, ...).",
+    type=MetricType.COUNTER,
+    labels=("kind",),
+)
 HALTS = Metric(
     name="baton_halts_total",
     help="Runs halted by a provider's usage window.",
@@ -153,6 +160,7 @@ STORED = (
     AGENT_TURNS,
     AGENT_COST,
     ESCALATIONS,
+    AUDIT_FLAGS,
     HALTS,
     GITHUB_API_CALLS,
     GITHUB_RATE_LIMIT_REMAINING,

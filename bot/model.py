@@ -103,6 +103,8 @@ class FailureClass(enum.StrEnum):
     DISPATCH_INFRA = "dispatch-infra"
     ADMIN_KILL = "admin-kill"
     COST_CAP = "cost-cap"  # the agent stopped at its spending cap
+    AUDIT_FLAGGED = "audit-flagged"  # green, but held: the settlement audit flagged its diff
+    INTERRUPTED = "interrupted"  # its worker was told to stop (a restart) and handed it over
 
 
 class Recovery(enum.StrEnum):
@@ -135,6 +137,37 @@ class Classification(BaseModel):
     recovery: Recovery
     charged_to: Budget
     evidence: str
+
+
+class AuditKind(enum.StrEnum):
+    """What the settlement audit saw in a green pull request's diff that a reviewer must see."""
+
+    TEST_FILE_DELETED = "test-file-deleted"  # deleted, emptied, or renamed out of the tests
+    TEST_REMOVED = "test-removed"  # a test function or case
+    SKIP_ADDED = "skip-added"  # a skip, an expected failure, or a focus that skips the rest
+    ASSERTION_REMOVED = "assertion-removed"
+    ASSERTION_WEAKENED = "assertion-weakened"
+    CI_CHANGED = "ci-changed"
+    THRESHOLD_LOWERED = "threshold-lowered"  # coverage or lint
+    OUT_OF_SCOPE = "out-of-scope"  # a file the issue does not mention
+    DIFF_UNREADABLE = "diff-unreadable"  # GitHub gave no patch, or the files could not be read
+    DIFF_TRUNCATED = "diff-truncated"  # GitHub's list of files stops at its cap
+
+
+class AuditFinding(BaseModel):
+    """One thing the settlement audit flagged: where, and what it saw there."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: AuditKind
+    path: str = Field(description="the file; empty for the pull request as a whole")
+    line: int | None = Field(default=None, description="the line the finding is on")
+    side: Literal["base", "head"] = Field(
+        default="head", description="whose numbering line is in: the base's (removed) or the head's"
+    )
+    note: str = Field(description="what Baton saw, in its own words")
+    text: str = Field(default="", description="the diff's own line there, cut to one line")
+    was: str = Field(default="", description="the line it replaced, for a loosened assertion")
 
 
 class StateChange(BaseModel):
@@ -328,6 +361,9 @@ class Run(BaseModel):
     )
     escalated: bool = Field(
         default=False, description="Baton handed the issue to a human after this run"
+    )
+    audit: list[AuditFinding] = Field(
+        default_factory=list, description="what the settlement audit flagged when it went green"
     )
 
     @property

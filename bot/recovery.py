@@ -171,6 +171,27 @@ async def conclude(
     Returns the classified run, or None when it had been classified already
     (a repeated job or webhook), in which case nothing is done again.
     """
+    done = _classified_once(services, run, facts)
+    if done is None:
+        return None
+    assert done.classification is not None
+    decision = decide(
+        done.classification, spend(services.store.runs(run.issue)), limits_of(services, done)
+    )
+    log.info(
+        "%s: attempt %d is %s → %s (%s)",
+        run.issue,
+        run.attempt,
+        done.classification.failure_class.value,
+        decision.action.value,
+        decision.reason,
+    )
+    await _perform(services, gh, done, decision, checks)
+    return done
+
+
+def _classified_once(services: Services, run: Run, facts: RunFacts) -> Run | None:
+    """Record the run's class; None when it was classified already."""
     classification = classify(facts)
 
     def classified(current: Run) -> Run | None:
@@ -186,19 +207,32 @@ async def conclude(
     done = services.store.update_run(run.issue, run.attempt, classified)
     if done is None:
         log.info("%s: attempt %d was classified already", run.issue, run.attempt)
+    return done
+
+
+async def hold_for_audit(services: Services, gh: GitHubClient, run: Run) -> Run | None:
+    """Keep a green PR its settlement audit flagged from review, and escalate it once.
+
+    The repository asked for it (`audit: hold`); the flags are the reason. Returns the
+    held run, or None when it had been held already.
+    """
+    reason = render.audit_reason(run.audit)
+
+    def held(current: Run) -> Run | None:
+        if current.state is not RunState.PUSHED_GREEN:
+            return None
+        moved = current.moved(RunState.FAILED, utcnow(), note="held by the settlement audit")
+        return moved.model_copy(update={"reason": "held from review by its settlement audit"})
+
+    moved = services.store.update_run(run.issue, run.attempt, held)
+    if moved is None:
         return None
-    decision = decide(
-        classification, spend(services.store.runs(run.issue)), limits_of(services, done)
-    )
-    log.info(
-        "%s: attempt %d is %s → %s (%s)",
-        run.issue,
-        run.attempt,
-        classification.failure_class.value,
-        decision.action.value,
-        decision.reason,
-    )
-    await _perform(services, gh, done, decision, checks)
+    facts = RunFacts(ending="audit-flagged", detail=f"{len(run.audit)} flags")
+    done = _classified_once(services, moved, facts)
+    if done is None:
+        return None
+    log.warning("%s: attempt %d held by its settlement audit: %s", run.issue, run.attempt, reason)
+    await escalate(services, gh, done, reason)
     return done
 
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict
 
 from bot.budget import Spend
 from bot.inert import inert
-from bot.model import Limits, Run, RunState
+from bot.model import AuditFinding, FailureClass, Limits, Run, RunState
 
 STATUS_MARKER = "<!-- baton:status -->"
 ESCALATION_MARKER = "<!-- baton:escalation -->"
@@ -20,6 +20,10 @@ CHECK_TEXT_LIMIT = 3000
 BODY_LIMIT = 65536  # GitHub refuses an issue, pull request or comment body longer than this
 REASON_LIMIT = 4000  # the agent's words quoted in a status comment
 FILES_LIST_LIMIT = 20000  # the pull request body's list of changed files
+AUDIT_HEADING = "### ⚠ Audit: this green PR may weaken its tests"
+AUDIT_SHOWN = 40  # flags listed in a status comment; the rest are counted
+AUDIT_IN_REASON = 5  # flags named in an escalation's reason
+SALVAGED_NAMED = 20  # salvaged files a brief names
 
 _STATE_WORDS = {
     RunState.CLAIMED: "Claimed: getting ready to work on this issue.",
@@ -181,6 +185,8 @@ class Continuation(BaseModel):
     previous: Run
     failing_checks: tuple[CheckSummary, ...] = ()
     review: ReviewSummary | None = None
+    salvaged_at: datetime | None = None  # when the uncommitted edits it starts with were saved
+    salvaged_files: tuple[str, ...] = ()
 
 
 def brief(
@@ -217,6 +223,18 @@ def _continuation_sections(continuation: Continuation) -> list[str]:
     report = previous.agent_result.result_text if previous.agent_result else None
     if report:
         sections += ["### The previous attempt's report", report.strip()]
+    if continuation.salvaged_at is not None:
+        files = ", ".join(f"`{name}`" for name in continuation.salvaged_files[:SALVAGED_NAMED])
+        more = len(continuation.salvaged_files) - SALVAGED_NAMED
+        sections += [
+            "## Uncommitted work salvaged",
+            "The worker running an earlier attempt stopped before that work was committed. "
+            f"Its edits as saved at {continuation.salvaged_at:%Y-%m-%d %H:%M:%S} UTC are in "
+            "your checkout as uncommitted changes"
+            + (f", to {files}" if files else "")
+            + (f" and {more} more files" if more > 0 else "")
+            + ". Review them and carry on from them.",
+        ]
     if continuation.failing_checks:
         sections.append("## Failing checks\n\nMake these pass:")
         sections += [_check_section(check) for check in continuation.failing_checks]
@@ -269,7 +287,7 @@ def status_comment(
         STATUS_MARKER,
         f"**Baton** · attempt {run.attempt} · {run.state.value}",
         "",
-        _STATE_WORDS[run.state],
+        _state_words(run),
     ]
     for note in notes:
         lines += ["", note]
@@ -285,6 +303,7 @@ def status_comment(
     if run.state is RunState.PUSHED_PENDING and run.policy and run.policy.required_checks:
         names = ", ".join(f"`{inert(name)}`" for name in run.policy.required_checks)
         lines += ["", f"Waiting for its required checks: {names}."]
+    lines += audit_section(run)
     if next_step:
         lines += ["", f"Next: {inert(next_step)}"]
     if run.pr_url:
@@ -321,6 +340,7 @@ def status_key(
         pull_comment_url,
         list(notes),
         run.agent_result.denials if run.agent_result is not None else [],
+        [finding.model_dump() for finding in run.audit],
     )
 
 
@@ -329,10 +349,10 @@ def pull_comment_due(runs: Sequence[Run], has_comment: bool, told: bool = False)
 
     A PR whose only attempt is waiting for checks, green, merged or closed shows all
     of that itself and on the issue's status comment; a failed attempt, a second
-    attempt on it, or a next step Baton has to tell (told) is what its comment says
-    (and, once posted, keeps current).
+    attempt on it, what its settlement audit flagged, or a next step Baton has to tell
+    (told) is what its comment says (and, once posted, keeps current).
     """
-    if has_comment or told or len(runs) > 1:
+    if has_comment or told or len(runs) > 1 or any(run.audit for run in runs):
         return True
     return any(run.state not in _PLAIN_PULL_STATES or run.failure_class for run in runs)
 
@@ -346,6 +366,7 @@ def pull_status_key(runs: Sequence[Run], checks: Sequence[CheckSummary], next_st
     """Return what the PR's status comment says, as a key (see status_key)."""
     return _key(
         [(r.attempt, status_phase(r.state), r.failure_class, r.head_sha) for r in runs],
+        [finding.model_dump() for finding in runs[-1].audit],
         [(c.name, c.conclusion, c.title) for c in checks],
         next_step,
     )
@@ -461,7 +482,8 @@ def pull_status_comment(
         STATUS_MARKER,
         f"**Baton** · attempt {current.attempt} · {current.state.value}",
         "",
-        _STATE_WORDS[current.state],
+        _state_words(current),
+        *audit_section(current),
         "",
         f"Next: {inert(next_step)}",
     ]
@@ -479,6 +501,67 @@ def pull_status_comment(
     ]
     lines += [_history_row(run, now) for run in runs]
     return _fit_comment(lines, current)
+
+
+def _state_words(run: Run) -> str:
+    if run.failure_class == FailureClass.AUDIT_FLAGGED.value:
+        return "The pull request's checks passed, but its settlement audit holds it from review."
+    return _STATE_WORDS[run.state]
+
+
+def audit_section(run: Run) -> list[str]:
+    """Return the lines that list what the run's settlement audit flagged; none when nothing.
+
+    Each flag names its file and line and quotes the diff, which the agent wrote: inert,
+    as inline code.
+    """
+    if not run.audit:
+        return []
+    count = len(run.audit)
+    if run.failure_class == FailureClass.AUDIT_FLAGGED.value:
+        effect = "It is held from review (`audit: hold`): a maintainer decides."
+    else:
+        effect = "The audit is advisory: look at each before merging."
+    lines = [
+        "",
+        AUDIT_HEADING,
+        "",
+        f"The settlement audit read this pull request's own diff and flagged {count} "
+        f"thing{'' if count == 1 else 's'}. {effect}",
+        "",
+    ]
+    lines += [f"- {audit_line(finding)}" for finding in run.audit[:AUDIT_SHOWN]]
+    if count > AUDIT_SHOWN:
+        lines.append(f"- ... and {count - AUDIT_SHOWN} more")
+    return lines
+
+
+def audit_line(finding: AuditFinding) -> str:
+    """Return one flag as a reviewer reads it: kind, file and line, what was seen there."""
+    where = _code(finding.path) if finding.path else "the pull request"
+    if finding.line is not None:
+        where += f" line {finding.line}" + (" of the base" if finding.side == "base" else "")
+    line = f"**{finding.kind.value}** · {where}: {inert(finding.note)}"
+    if finding.text:
+        line += f": {_code(finding.text)}"
+    if finding.was:
+        line += f" (was {_code(finding.was)})"
+    return line
+
+
+def audit_reason(findings: Sequence[AuditFinding]) -> str:
+    """Return why an audit holds a green pull request: the flags, the first few by place."""
+    named = [
+        f"{f.kind.value} in {f.path or 'the pull request'}"
+        + (f" line {f.line}" if f.line is not None else "")
+        for f in findings[:AUDIT_IN_REASON]
+    ]
+    more = len(findings) - len(named)
+    listed = "; ".join(named) + (f"; and {more} more" if more else "")
+    return (
+        "the settlement audit flagged this green pull request (`audit: hold`), "
+        f"each listed in its status comment: {listed}"
+    )
 
 
 def _history_row(run: Run, now: datetime) -> str:

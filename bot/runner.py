@@ -26,7 +26,7 @@ from bot.checks import failing_checks
 from bot.classify import Ending, RunFacts
 from bot.config import CONFIG_PATH, InvalidRepoConfig, apply_repo_config
 from bot.dispatch import RunMode, run_issue_job
-from bot.git import GitError, Workspace, branch_name
+from bot.git import GitError, Salvage, Workspace, branch_name, salvage_branch
 from bot.github import GitHubApp, GitHubClient, github_app
 from bot.labels import set_state_label
 from bot.logs import log_context
@@ -47,12 +47,14 @@ from bot.tracker import (
     read_pull,
     read_repository,
 )
+from bot.worker import stopping
 
 log = logging.getLogger(__name__)
 
 CLAIM_RETRY_S = 30.0
 SLOT_RETRY_S = 30.0
 STOP_POLL_S = 1.0
+INTERRUPTED = "interrupted by a worker restart; continuing"
 # A label event this recent stands for a read of its issue (GitHub's clock and ours agree
 # to within seconds; a later withdrawal is recorded from its own webhook).
 EVENT_VIEW = timedelta(seconds=30)
@@ -176,6 +178,9 @@ class _Attempt:
         self.text = IssueText()  # what the brief uses: recorded by execute before any work
         self.stopped = False
         self.pushed_tip: str | None = None  # the branch's tip on GitHub, as Baton last pushed
+        self.salvage: Salvage | None = None  # the uncommitted work this attempt last saved
+        self.salvage_tip: str | None = None  # the salvage branch on GitHub, as last known
+        self.heartbeat: asyncio.Task[None] | None = None
         self.setup_commands: tuple[str, ...] = ()
 
     async def execute(self) -> Run | None:
@@ -264,7 +269,7 @@ class _Attempt:
         # In-progress goes on before any work starts: a crash never makes it look unclaimed.
         await self._label(gh, self.settings.labels.in_progress, labels)
         await report(self.services, gh, run)
-        heartbeat = asyncio.create_task(self._heartbeat())
+        self.heartbeat = heartbeat = asyncio.create_task(self._heartbeat())
         try:
             return await self._work(gh, run, previous, base, clone_url)
         except LockLost:
@@ -457,10 +462,24 @@ class _Attempt:
         worktree = await workspace.provision(
             self.issue.repo, self.issue.number, run.branch, start, (base, base_sha)
         )
+        self.salvage_tip = await workspace.remote_branch(
+            self.issue.repo, salvage_branch(self.issue.number)
+        )
+        salvaged = None
+        if run.continuation_of is not None:
+            salvaged = await workspace.salvaged(self.issue.repo, self.issue.number, start)
+        if salvaged is not None:
+            # Uncommitted, as the agent left it: what it commits of it is this attempt's work.
+            await workspace.restore(self.issue.repo, self.issue.number, salvaged.sha)
+            log.info("%s: starting from the work salvaged at %s", self.issue, salvaged.saved_at)
         run = self._move(run, RunState.RUNNING, base_branch=base, base_sha=base_sha)
         await report(self.services, gh, run)
 
         continuation = await self._continuation(gh, previous) if run.continuation_of else None
+        if continuation is not None and salvaged is not None:
+            continuation = continuation.model_copy(
+                update={"salvaged_at": salvaged.saved_at, "salvaged_files": salvaged.files}
+            )
         self.pushed_tip = remote_tip
         run_dir = self._run_dir(run)
         checkpoints = asyncio.create_task(self._checkpoint(run, clone_url, start))
@@ -470,6 +489,8 @@ class _Attempt:
             checkpoints.cancel()
         run = run.model_copy(update={"agent_result": result})
         self.store.add_metrics(agent_usage(result))
+        if stopping():
+            return await self._interrupted(gh, run, clone_url, start)
         head_sha = await workspace.collect(
             self.issue.repo,
             self.issue.number,
@@ -499,6 +520,7 @@ class _Attempt:
                     RunState.FAILED,
                     f"pushing {run.branch} failed: {_one_line(exc)}",
                 )
+            await self._drop_salvage(clone_url)
         if result.stop_reason == "cancelled":
             return await self._end(
                 gh, run, "stopped", RunState.KILLED, "stopped by a maintainer", new_commits
@@ -692,7 +714,7 @@ class _Attempt:
         try:
             return await agent
         except asyncio.CancelledError:
-            if not self.stopped:
+            if not (self.stopped or stopping()):
                 raise
             now = utcnow()
             return AgentResult(
@@ -703,38 +725,104 @@ class _Attempt:
                 ended_at=now,
                 transcript_path=request.transcript_path,
                 stderr_path=request.stderr_path,
-                result_text="stopped by a maintainer",
+                result_text="stopped by a maintainer" if self.stopped else INTERRUPTED,
             )
         finally:
             watch.cancel()
 
     async def _checkpoint(self, run: Run, clone_url: str, start: str) -> None:
-        """Push what the agent has committed every few minutes, while it works.
+        """Save the agent's work every few minutes, while it works.
 
         A worker that dies then loses at most the work since the last checkpoint:
-        the continuation, on any machine, starts from the branch as pushed.
+        the continuation, on any machine, starts from what was pushed.
+        """
+        while True:
+            await asyncio.sleep(self.settings.checkpoint_seconds)
+            await self._save(run, clone_url, start)
+
+    async def _save(self, run: Run, clone_url: str, start: str) -> None:
+        """Push what the agent has committed to the branch, and what it has not to salvage.
+
+        The salvage is a commit on the agent's last commit, on a branch of its own: the
+        pull request never moves to it.
         """
         workspace = self.services.workspace
         repo, number = self.issue.repo, self.issue.number
-        while True:
-            await asyncio.sleep(self.settings.checkpoint_seconds)
-            try:
-                head = await workspace.collect(repo, number, start, None)
-                if head in (start, self.pushed_tip):
-                    continue
+        try:
+            head = await workspace.collect(repo, number, start, None)
+            if head not in (start, self.pushed_tip):
                 self._ensure_claim()
                 token = await self.app.installation_token(self.issue.installation_id)
                 await workspace.push(repo, clone_url, run.branch, head, token, self.pushed_tip)
-            except (LockLost, GitError, HTTPException, OSError) as exc:
-                log.warning("%s: checkpoint not pushed: %s", self.issue, _one_line(exc))
-                continue
-            self.pushed_tip = head
-            self.store.record_checkpoint(self.issue, run.attempt, head)
-            log.info("%s: attempt %d checkpointed at %s", self.issue, run.attempt, head[:12])
+                self.pushed_tip = head
+                self.store.record_checkpoint(self.issue, run.attempt, head)
+                log.info("%s: attempt %d checkpointed at %s", self.issue, run.attempt, head[:12])
+            message = f"Uncommitted work on #{number} (Baton, attempt {run.attempt}, salvaged)"
+            salvage = await workspace.salvage(repo, number, start, self.salvage, message)
+            if salvage is None or salvage.sha == self.salvage_tip:
+                return
+            self._ensure_claim()
+            token = await self.app.installation_token(self.issue.installation_id)
+            branch = salvage_branch(number)
+            await workspace.push(repo, clone_url, branch, salvage.sha, token, self.salvage_tip)
+        except (LockLost, GitError, HTTPException, OSError) as exc:
+            log.warning("%s: checkpoint not pushed: %s", self.issue, _one_line(exc))
+            return
+        self.salvage, self.salvage_tip = salvage, salvage.sha
+        log.info(
+            "%s: attempt %d salvaged its edits at %s", self.issue, run.attempt, salvage.sha[:12]
+        )
+
+    async def _drop_salvage(self, clone_url: str) -> None:
+        """Delete the issue's salvage branch: the work it held is on the issue's branch now."""
+        if self.salvage_tip is None:
+            return
+        workspace = self.services.workspace
+        branch = salvage_branch(self.issue.number)
+        try:
+            token = await self.app.installation_token(self.issue.installation_id)
+            await workspace.delete_branch(
+                self.issue.repo, clone_url, branch, token, self.salvage_tip
+            )
+        except (GitError, HTTPException) as exc:
+            log.warning("%s: %s not deleted: %s", self.issue, branch, _one_line(exc))
+            return
+        self.salvage = self.salvage_tip = None
+        log.info("%s: deleted %s", self.issue, branch)
+
+    async def _interrupted(
+        self, gh: GitHubClient, run: Run, clone_url: str, start: str
+    ) -> Run | None:
+        """End a run its worker is stopping: save its work, give the issue to another worker.
+
+        Charged to nothing; the claim goes back before the continuation is queued, so
+        whichever worker takes that job can claim the issue at once.
+        """
+        log.warning("%s: the worker is stopping; saving attempt %d's work", self.issue, run.attempt)
+        await self._save(run, clone_url, start)
+        new_commits = 0
+        if self.pushed_tip is not None and self.pushed_tip != start:
+            new_commits = await self.services.workspace.commits_since(
+                self.issue.repo, start, self.pushed_tip
+            )
+        run = self._move(run, RunState.FAILED, reason=INTERRUPTED)
+        if self.heartbeat is not None:
+            self.heartbeat.cancel()
+        self.store.release_run_slot(self.issue)
+        self.store.release(self.claim)
+        facts = RunFacts(ending="interrupted", new_commits=new_commits, detail=INTERRUPTED)
+        log.warning(
+            "%s: attempt %d ended %s: %s", self.issue, run.attempt, run.state.value, INTERRUPTED
+        )
+        return await conclude(self.services, gh, run, facts)
 
     async def _watch_for_stop(self, agent: asyncio.Task[AgentResult]) -> None:
         while not agent.done():
             await asyncio.sleep(STOP_POLL_S)
+            if stopping():
+                log.warning("%s: the worker is stopping; stopping the agent", self.issue)
+                agent.cancel()
+                return
             if self.store.stop_requested(self.issue):
                 log.warning("%s: a maintainer stopped the run; stopping the agent", self.issue)
                 self.stopped = True

@@ -141,13 +141,30 @@ class Settings(BaseSettings):
         default=300.0,
         gt=0,
         validation_alias="BATON_CHECKPOINT_SECONDS",
-        description="How often the agent's commits are pushed while it works.",
+        description="How often the agent's work is pushed while it works: its commits to "
+        "the issue's branch, its uncommitted edits to the issue's salvage branch.",
+    )
+    shutdown_grace_seconds: float = Field(
+        default=25.0,
+        gt=0,
+        validation_alias="BATON_SHUTDOWN_GRACE_SECONDS",
+        description="How long a worker told to stop (SIGTERM) gives its running agent "
+        "to checkpoint and hand the issue to another worker before it exits; keep it "
+        "below the platform's own (Heroku kills 30 s after SIGTERM; Fly after its "
+        "kill_timeout; systemd after TimeoutStopSec).",
     )
     sweep_interval_seconds: float = Field(
         default=300.0,
         gt=0,
         validation_alias="BATON_SWEEP_INTERVAL_SECONDS",
         description="How often the clock runs the reconcile sweep (and once as it starts).",
+    )
+    takeover_check_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        validation_alias="BATON_TAKEOVER_CHECK_SECONDS",
+        description="How often the clock looks in Redis for claims that lapsed (a worker "
+        "died) and has their runs continued at once, between full sweeps.",
     )
     backoff_base_seconds: float = Field(
         default=60.0, gt=0, validation_alias="BATON_BACKOFF_BASE_SECONDS"

@@ -9,17 +9,28 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from gidgethub import HTTPException
+
+from bot.audit import DiffFile, audit, unreadable
 from bot.chainwork import link_green, link_merged
 from bot.checks import Verdict, checks_verdict, failing_checks, no_ci_due, required_checks_verdict
 from bot.classify import RunFacts
+from bot.config import InvalidRepoConfig, RepoConfig
 from bot.github import GitHubClient, github_app
 from bot.labels import set_state_label, take_state_labels_off
 from bot.lifecycle import close_pull, request_changes, settle_checks
-from bot.model import IssueRef, Run, RunState, utcnow
-from bot.recovery import Services, conclude, policy_of, report
+from bot.metrics import AUDIT_FLAGS, Tally
+from bot.model import AuditFinding, IssueRef, Run, RunState, utcnow
+from bot.recovery import Services, conclude, hold_for_audit, policy_of, report
 from bot.render import CheckSummary
 from bot.standing import repository_settings, standing_of
-from bot.tracker import HeadChecks, read_check_runs, read_head_checks
+from bot.tracker import (
+    HeadChecks,
+    load_repo_config,
+    read_check_runs,
+    read_head_checks,
+    read_repository,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +69,8 @@ async def settle_head(
 
     Without required checks, a head no CI has reported on by the policy's wait is
     green ("no CI reported"); until then a settlement is scheduled for that moment.
+    A green head is audited first (bot/audit.py): its flags go on the status comments,
+    and where the repository's file says `audit: hold`, they keep it from review.
     """
     found = services.store.run_for_head(repo, head_sha)
     if found is None:
@@ -78,15 +91,31 @@ async def settle_head(
                 services.dispatch.settle_head_at(installation_id, repo, head_sha, due)
                 return None
             verdict, next_step = Verdict.GREEN, _no_ci_reported(policy.no_checks_after_s)
-        settled = services.store.update_run(
-            issue, attempt, lambda current: settle_checks(current, head_sha, verdict, utcnow())
-        )
+        config, findings = RepoConfig(), []
+        if verdict is Verdict.GREEN:
+            config = await _repo_config(services, gh, repo)
+            findings = await _audit(services, gh, run, config)
+
+        def settle(current: Run) -> Run | None:
+            moved = settle_checks(current, head_sha, verdict, utcnow())
+            return moved.model_copy(update={"audit": findings}) if moved and findings else moved
+
+        settled = services.store.update_run(issue, attempt, settle)
         if settled is None:
             return None  # still pending, settled by someone else, or a newer head took over
         log.info("%s: attempt %d settled %s at %s", issue, attempt, verdict.value, head_sha[:12])
         if services.store.paused_since(repo) is not None:
             services.store.count_paused_settlement(repo)
         if verdict is Verdict.GREEN:
+            if findings:
+                tally = Tally()
+                for finding in findings:
+                    tally.count(AUDIT_FLAGS, finding.kind.value)
+                services.store.add_metrics(tally)
+                log.warning("%s: the settlement audit flagged %d things", issue, len(findings))
+            if findings and config.audit == "hold":
+                await hold_for_audit(services, gh, settled)
+                return settled
             labels = policy_of(services, settled).labels
             await set_state_label(
                 gh, services.store, services.dispatch, labels, issue, labels.review
@@ -98,6 +127,56 @@ async def settle_head(
         facts = RunFacts(ending="checks-failed", detail=f"failing: {names}")
         await conclude(services, gh, settled, facts, checks)
         return settled
+
+
+async def _repo_config(services: Services, gh: GitHubClient, repo: str) -> RepoConfig:
+    """Return the repository's file on its default branch (read within the hour: no call).
+
+    An invalid file holds nothing: the audit stays advisory.
+    """
+    data = await read_repository(gh, services.store, repo)
+    try:
+        file = await load_repo_config(gh, services.store, repo, data["default_branch"])
+    except InvalidRepoConfig:
+        return RepoConfig()
+    return file.config
+
+
+async def _audit(
+    services: Services, gh: GitHubClient, run: Run, config: RepoConfig
+) -> list[AuditFinding]:
+    """Return what the settlement audit flags in the PR's own diff, every page of it.
+
+    A list GitHub would not give is a finding, never a clean bill.
+    """
+    if run.pr_number is None:
+        return [unreadable("the run has no pull request whose diff could be read")]
+    try:
+        files = [
+            DiffFile.from_api(entry)
+            async for entry in gh.getiter(
+                "/repos/{+repo}/pulls/{number}/files",
+                {"repo": run.issue.repo, "number": run.pr_number},
+            )
+        ]
+    except HTTPException as exc:
+        return [unreadable(f"GitHub answered {exc.status_code} to the pull request's files")]
+    return audit(files, _issue_text(services, run), scope=config.audit_scope)
+
+
+def _issue_text(services: Services, run: Run) -> str:
+    """Return the issue's text the run worked from: as queued, with the edits taken since."""
+    recorded = services.store.queued_text(run.issue)
+    if recorded is None or recorded.queued is None:
+        return run.title or ""
+    taken = [
+        text
+        for edit in recorded.since_queued()
+        if edit.taken
+        for text in (edit.title, edit.body)
+        if text
+    ]
+    return "\n".join([recorded.queued.title, recorded.queued.body, *taken])
 
 
 def _no_ci_reported(wait_s: float) -> str:

@@ -48,16 +48,39 @@ def _delivery_key(delivery_id: str) -> str:
     return f"{_PREFIX}:delivery:{delivery_id}"
 
 
+# Takeover: every claim is also a member of one sorted set, scored by the instant its
+# lock lapses without a heartbeat (by Redis's own clock, so no worker's clock matters).
+# claim, heartbeat and release keep it in the lock's own step. The clock asks it every
+# few seconds for claims that lapsed: one command, no GitHub call, so a dead worker's
+# run is taken over seconds after its lock expires, not at the next full sweep.
+_CLAIMS = f"{_PREFIX}:claims"
+_LAPSES_AT = """
+local function lapses_at(ttl_ms)
+  local now = redis.call('TIME')
+  return now[1] * 1000 + math.floor(now[2] / 1000) + tonumber(ttl_ms)
+end
+"""
+_LAPSED = _LAPSES_AT + "return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', lapses_at(0))"
+# Drop a lapsed claim from the set, unless its issue was claimed again meanwhile.
+_FORGET_LAPSED = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+return redis.call('ZREM', KEYS[2], ARGV[1])
+"""
+
 # Claim: mint a fencing number and take the lock in one step, so two claims of
 # the same issue can never both succeed and a later holder always has a larger token.
-_CLAIM = """
+_CLAIM = (
+    _LAPSES_AT
+    + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return false end
 local fence = redis.call('INCR', KEYS[2])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 local token = fence .. '.' .. ARGV[1]
 redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+redis.call('ZADD', KEYS[3], lapses_at(ARGV[2]), ARGV[4])
 return token
 """
+)
 # A repository's run slots: a sorted set of issue numbers scored by when each
 # slot lapses without a heartbeat, so a dead worker's slot frees itself.
 # ARGV: now (ms), member, limit, ttl (ms).
@@ -70,12 +93,16 @@ if redis.call('ZSCORE', KEYS[1], ARGV[2]) or redis.call('ZCARD', KEYS[1]) < tonu
 end
 return 0
 """
-_HEARTBEAT = """
+_HEARTBEAT = (
+    _LAPSES_AT
+    + """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('ZADD', KEYS[2], lapses_at(ARGV[2]), ARGV[3])
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
 """
+)
 # Accept a batch of deliveries: each new delivery id is recorded and its chosen
 # jobs appended to the intake stream in the same step, so a delivery is either
 # seen-and-queued or neither. KEYS: the stream, then one dedupe key per delivery.
@@ -103,6 +130,14 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+# Release an issue's claim, and take it out of the takeover index in the same step.
+_RELEASE_CLAIM = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('ZREM', KEYS[2], ARGV[2])
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
 # Grant an issue more continuations, unless the grants would pass a cap: {granted, total}.
 _GRANT = """
 local total = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -111,6 +146,15 @@ local granted = redis.call('INCRBY', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 return {1, granted}
 """
+
+
+@dataclass(frozen=True)
+class LapsedClaim:
+    """An issue whose claim lapsed, as Redis has it now: whether its lock is held, its run."""
+
+    issue: IssueRef
+    locked: bool
+    run: Run | None
 
 
 class StoreError(Exception):
@@ -174,6 +218,12 @@ def _indexed_issue(issue: IssueRef) -> str:
     return f"{issue.installation_id}:{issue.repo}:{issue.number}"
 
 
+def _issue_from_index(member: object) -> IssueRef:
+    installation, rest = _text(member).split(":", 1)
+    repo, number = rest.rsplit(":", 1)
+    return IssueRef(installation_id=int(installation), repo=repo, number=int(number))
+
+
 def _run_address(repo: str, value: object) -> tuple[IssueRef, int] | None:
     if value is None:
         return None
@@ -224,9 +274,12 @@ class Store:
         self._claim = client.register_script(_CLAIM)
         self._heartbeat = client.register_script(_HEARTBEAT)
         self._release = client.register_script(_RELEASE)
+        self._release_claim = client.register_script(_RELEASE_CLAIM)
         self._close_window = client.register_script(_CLOSE_WINDOW)
         self._take_slot = client.register_script(_TAKE_SLOT)
         self._grant = client.register_script(_GRANT)
+        self._lapsed = client.register_script(_LAPSED)
+        self._forget_lapsed = client.register_script(_FORGET_LAPSED)
 
     @classmethod
     def from_url(cls, url: str, lock_ttl_ms: int = LOCK_TTL_MS) -> Store:
@@ -364,8 +417,8 @@ class Store:
     def claim(self, issue: IssueRef) -> Claim | None:
         """Take the issue's lock; None if someone else holds it."""
         token = self._claim(
-            keys=[_issue_key(issue, "lock"), _issue_key(issue, "fence")],
-            args=[secrets.token_hex(8), self.lock_ttl_ms, RUN_TTL_S],
+            keys=[_issue_key(issue, "lock"), _issue_key(issue, "fence"), _CLAIMS],
+            args=[secrets.token_hex(8), self.lock_ttl_ms, RUN_TTL_S, _indexed_issue(issue)],
         )
         return Claim(issue=issue, token=str(token)) if token else None
 
@@ -373,18 +426,57 @@ class Store:
         """Extend the claim's life; False if it was lost (expired or taken)."""
         return bool(
             self._heartbeat(
-                keys=[_issue_key(claim.issue, "lock")], args=[claim.token, self.lock_ttl_ms]
+                keys=[_issue_key(claim.issue, "lock"), _CLAIMS],
+                args=[claim.token, self.lock_ttl_ms, _indexed_issue(claim.issue)],
             )
         )
 
     def release(self, claim: Claim) -> None:
         """Give the issue's lock back, if this claim still holds it."""
-        self._release(keys=[_issue_key(claim.issue, "lock")], args=[claim.token])
+        self._release_claim(
+            keys=[_issue_key(claim.issue, "lock"), _CLAIMS],
+            args=[claim.token, _indexed_issue(claim.issue)],
+        )
 
     def lock_holder(self, issue: IssueRef) -> str | None:
         """Return the fencing token currently holding the issue, if any."""
         value = self.redis.get(_issue_key(issue, "lock"))
         return str(value) if value is not None else None
+
+    # Takeover ------------------------------------------------------------
+
+    def lapsed_claims(self) -> list[LapsedClaim]:
+        """Return the claims whose lock lapsed by now, each with its lock and latest run.
+
+        Nothing lapsed costs one command; each lapsed claim two reads more, pipelined.
+        """
+        issues = [_issue_from_index(member) for member in self._lapsed(keys=[_CLAIMS])]
+        if not issues:
+            return []
+        with self.redis.pipeline(transaction=False) as pipe:
+            for issue in issues:
+                pipe.exists(_issue_key(issue, "lock"))
+                pipe.get(_issue_key(issue, "attempts"))
+            answers = pipe.execute()
+        attempts = dict(zip(issues, answers[1::2], strict=True))
+        numbered = [issue for issue in issues if attempts[issue] is not None]
+        raws = (
+            self.redis.mget([_run_key(i, int(attempts[i])) for i in numbered]) if numbered else []
+        )
+        runs = {
+            issue: Run.model_validate_json(raw)
+            for issue, raw in zip(numbered, raws, strict=True)
+            if raw is not None
+        }
+        return [
+            LapsedClaim(issue, bool(locked), runs.get(issue))
+            for issue, locked in zip(issues, answers[0::2], strict=True)
+        ]
+
+    def forget_lapsed_claim(self, issue: IssueRef) -> bool:
+        """Drop a lapsed claim from the takeover index; False if the issue is claimed again."""
+        member = _indexed_issue(issue)
+        return bool(self._forget_lapsed(keys=[_issue_key(issue, "lock"), _CLAIMS], args=[member]))
 
     # Runs ----------------------------------------------------------------
 
@@ -929,10 +1021,7 @@ class Store:
         entries = cast(list[tuple[object, float]], self.redis.zrange(key, 0, -1, withscores=True))
         indexed = []
         for member, score in entries:
-            installation, rest = _text(member).split(":", 1)
-            repo, number = rest.rsplit(":", 1)
-            issue = IssueRef(installation_id=int(installation), repo=repo, number=int(number))
-            indexed.append((issue, datetime.fromtimestamp(float(score), UTC)))
+            indexed.append((_issue_from_index(member), datetime.fromtimestamp(float(score), UTC)))
         return indexed
 
     # Stop requests ------------------------------------------------------

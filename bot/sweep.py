@@ -5,7 +5,8 @@ under a lease so that two never overlap:
 
 - a live run whose lock is gone (its worker died) is concluded as orphaned, and
   its recovery (a continuation that inherits the branch and PR, or an escalation)
-  goes ahead as for any other ending;
+  goes ahead as for any other ending (the clock's takeover check usually does this
+  first, seconds after the claim lapses: the sweep is its backstop);
 - a pushed run still waiting for its checks is settled by asking the API, in case
   the check webhook never came;
 - a green PR awaiting review is looked at for what its lost webhooks said: a merge,
@@ -157,7 +158,7 @@ async def _in_flight(
         return
     gh = await app.for_installation(issue.installation_id)
     if run.state.is_live and store.lock_holder(issue) is None:
-        if await _orphaned(services, gh, run):
+        if await conclude_orphan(services, gh, run):
             report.orphaned.append(str(issue))
         return
     if run.state is RunState.PUSHED_PENDING and run.head_sha is not None:
@@ -236,8 +237,12 @@ async def _relabel(services: Services, gh: GitHubClient, issue: IssueRef, live: 
     return True
 
 
-async def _orphaned(services: Services, gh: GitHubClient, run: Run) -> bool:
-    """Conclude a live run whose worker died; False if someone concluded it first."""
+async def conclude_orphan(services: Services, gh: GitHubClient, run: Run) -> bool:
+    """Conclude a live run whose worker died; False if someone concluded it first.
+
+    The sweep finds such runs, and so, within seconds of a lapsed claim, does the
+    clock's takeover check (jobs/takeover.py): both end them here, the same way.
+    """
     reason = "the worker running it stopped without finishing it"
 
     def orphan(current: Run) -> Run | None:

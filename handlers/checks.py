@@ -6,15 +6,16 @@ from gidgethub.routing import Router
 from gidgethub.sansio import Event
 
 from bot.dispatch import settle_head_job
-from bot.git import BRANCH_PREFIX
+from bot.git import BRANCH_PREFIX, SALVAGE_PREFIX
 from handlers.context import HandlerContext
 
 router = Router()
 
 
 def _settle(event: Event, ctx: HandlerContext, head_sha: str, branches: list[str]) -> None:
-    if not any(branch.startswith(BRANCH_PREFIX) for branch in branches):
-        return  # not Baton's branch: not its business
+    ours = [branch for branch in branches if branch.startswith(BRANCH_PREFIX)]
+    if not ours or all(branch.startswith(SALVAGE_PREFIX) for branch in ours):
+        return  # not Baton's branch, or only a salvage of uncommitted work: nothing to settle
     installation_id = ctx.installation_id(event)
     if installation_id is not None:
         repo = event.data["repository"]["full_name"]

@@ -94,6 +94,13 @@ C, R, B = FailureClass, Recovery, Budget
         (RunFacts(ending="pr-failed"), (C.DISPATCH_INFRA, R.BACKOFF, B.NOTHING)),
         (RunFacts(ending="infra-failed"), (C.DISPATCH_INFRA, R.BACKOFF, B.NOTHING)),
         (RunFacts(ending="stopped"), (C.ADMIN_KILL, R.NONE, B.NOTHING)),
+        (RunFacts(ending="audit-flagged"), (C.AUDIT_FLAGGED, R.ESCALATE, B.NOTHING)),
+        # A restart is nobody's fault: continued at once, whatever the run had done.
+        (RunFacts(ending="interrupted"), (C.INTERRUPTED, R.CONTINUE, B.NOTHING)),
+        (
+            RunFacts(ending="interrupted", new_commits=2),
+            (C.INTERRUPTED, R.CONTINUE, B.NOTHING),
+        ),
         (RunFacts(ending="agent", stop_reason="cancelled"), (C.ADMIN_KILL, R.NONE, B.NOTHING)),
     ],
 )
@@ -111,7 +118,15 @@ def test_every_class_is_reachable() -> None:
 _ALL_FACTS = (
     [
         RunFacts(ending=e)
-        for e in ("checks-failed", "changes-requested", "merge-conflict", "stopped", "push-failed")
+        for e in (
+            "checks-failed",
+            "changes-requested",
+            "merge-conflict",
+            "stopped",
+            "push-failed",
+            "audit-flagged",
+            "interrupted",
+        )
     ]
     + [RunFacts(ending="orphaned", new_commits=n) for n in (0, 1)]
     + [
@@ -312,3 +327,11 @@ def test_a_repository_that_opts_out_of_halting_escalates_at_a_window() -> None:
     decision = decide(last(runs), spend(runs), Limits(halt_on_usage_window=False))
     assert decision.action is Recovery.ESCALATE
     assert "halt_on_usage_window is off" in decision.reason
+
+
+@pytest.mark.parametrize("facts", _ALL_FACTS)
+def test_every_ending_gets_a_decision_and_an_escalation_says_why(facts: RunFacts) -> None:
+    decision = decide(classify(facts), spend([]), Limits())
+    assert decision.reason
+    if decision.action is Recovery.ESCALATE:
+        assert ":" in decision.reason or "spent" in decision.reason

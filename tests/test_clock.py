@@ -1,4 +1,7 @@
-"""`baton clock` as a real process: it sweeps and moves scheduled jobs with no worker running."""
+"""The clock: its sweeps, its scheduled jobs, and its takeover of lapsed claims.
+
+`baton clock` runs as a real process; which lapsed claims it takes over is a pure choice.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from bot.clock import takeovers
 from bot.dispatch import Dispatcher, sync_labels_job
-from bot.model import IssueRef, utcnow
+from bot.model import IssueRef, Run, RunState, utcnow
 from bot.sandbox.maintainer import eventually
 from bot.settings import Settings
-from bot.store import Store
+from bot.store import LapsedClaim, Store
+
+ISSUES = [IssueRef(installation_id=1, repo="octo/clockwork", number=n) for n in range(1, 6)]
 
 
 @pytest.fixture
@@ -72,3 +78,35 @@ async def test_the_clock_sweeps_and_enqueues_due_jobs_without_any_worker(
 
 async def _later_mark(store: Store, first: str) -> bool:
     return store.marks().get("sweep", first) > first
+
+
+def _run(issue: IssueRef, state: RunState) -> Run:
+    run = Run.claimed(issue, 1, f"baton/issue-{issue.number}", utcnow())
+    return run if state is RunState.CLAIMED else run.moved(state, utcnow())
+
+
+def test_a_live_run_whose_lock_lapsed_is_taken_over_and_the_rest_only_forgotten() -> None:
+    live, pushed, ended, unstarted, held = ISSUES
+    running = _run(live, RunState.RUNNING)
+    lapsed = [
+        LapsedClaim(live, locked=False, run=running),
+        # Its worker died after the push but before releasing: the settlement has it.
+        LapsedClaim(pushed, locked=False, run=_run(pushed, RunState.PUSHED_PENDING)),
+        LapsedClaim(ended, locked=False, run=_run(ended, RunState.FAILED)),
+        LapsedClaim(unstarted, locked=False, run=None),  # claimed, died before its first write
+        # Claimed again since: a heartbeat that made it, or a successor's claim.
+        LapsedClaim(held, locked=True, run=_run(held, RunState.RUNNING)),
+    ]
+    orphans, forget = takeovers(lapsed)
+    assert orphans == [running]
+    assert forget == [live, pushed, ended, unstarted]
+
+
+@pytest.mark.parametrize("state", [RunState.CLAIMED, RunState.PROVISIONING, RunState.RUNNING])
+def test_every_live_state_is_taken_over(state: RunState) -> None:
+    run = _run(ISSUES[0], state)
+    assert takeovers([LapsedClaim(ISSUES[0], locked=False, run=run)]) == ([run], [ISSUES[0]])
+
+
+def test_nothing_lapsed_takes_nothing_over() -> None:
+    assert takeovers([]) == ([], [])

@@ -41,6 +41,8 @@ wall_clock_minutes: 30.5
 max_cost_usd: 12
 halt_on_usage_window: false
 strict_preflight: true
+audit: hold
+audit_scope: true
 escalation_mentions: [octocat, hubot]
 max_concurrent_runs: 2
 required_checks: [test, lint]
@@ -89,6 +91,8 @@ def test_a_full_file_gives_every_value() -> None:
         max_cost_usd=12.0,
         halt_on_usage_window=False,
         strict_preflight=True,
+        audit="hold",
+        audit_scope=True,
         escalation_mentions=["octocat", "hubot"],
         max_concurrent_runs=2,
         required_checks=["test", "lint"],

@@ -23,6 +23,7 @@ from gidgethub import GitHubBroken
 from playwright.async_api import Browser, async_playwright, expect
 
 from bot.devstack import LocalBaton, start_redis_server
+from bot.dispatch import AGENTS, EVENTS
 from bot.model import IssueRef, Run, RunState
 from bot.render import STATUS_MARKER
 from bot.sandbox.maintainer import Maintainer, eventually
@@ -533,24 +534,49 @@ async def _labels_are(maintainer: Maintainer, repo: str, number: int, labels: se
 async def test_merge_settles_the_run_and_cleans_up(
     stack: LocalBaton, maintainer: Maintainer, store: Store
 ) -> None:
-    repo = await new_repo(maintainer, stack)
-    number = await queued_issue(maintainer, repo, "Merge me", "agent: write greeting.txt hello")
-    run = await eventually(
-        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the run going green", 60
-    )
-    worktree = stack.workdir / "baton" / "worktrees" / repo / f"issue-{number}"
-    assert worktree.exists()
-    await maintainer.merge(repo, int(str(run.pr_number)))
-    merged = await eventually(lambda: run_state(store, repo, number, RunState.MERGED), "merged")
-    assert merged.attempt == run.attempt
-    await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels off")
-    await eventually(lambda: _gone(worktree), "the worktree's removal")
-    assert store.lock_holder(IssueRef(installation_id=1, repo=repo, number=number)) is None
-    await eventually(
-        lambda: _comment_saying(maintainer, repo, number, "The pull request was merged."),
-        "the status comment saying so",
-    )
-    assert len(await baton_comments(maintainer, repo, number)) == 1
+    """The merge is settled on another machine than the one that ran the issue.
+
+    What a deployment of several machines guarantees: the merge settles wherever its job
+    runs, and that machine removes only its own copy of the worktree; the machine that
+    ran the issue, whose disk no other reaches, removes its copy when it next works on
+    the repository.
+    """
+    shared = [name for name in stack.processes if name.startswith("worker-")]
+    for name in shared:
+        stack.processes[name].stop()
+    runner, settler = (stack.workdir / "machines" / name for name in ("runner", "settler"))
+    stack.start_worker("runner", (AGENTS,), runner)
+    stack.start_worker("settler", (EVENTS,), settler)
+    try:
+        repo = await new_repo(maintainer, stack)
+        number = await queued_issue(maintainer, repo, "Merge me", "agent: write greeting.txt hello")
+        run = await eventually(
+            lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the run going green", 60
+        )
+        worktree = runner / "worktrees" / repo / f"issue-{number}"
+        assert worktree.exists()
+        await maintainer.merge(repo, int(str(run.pr_number)))
+        merged = await eventually(lambda: run_state(store, repo, number, RunState.MERGED), "merged")
+        assert merged.attempt == run.attempt
+        await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels off")
+        assert store.lock_holder(IssueRef(installation_id=1, repo=repo, number=number)) is None
+        await eventually(
+            lambda: _comment_saying(maintainer, repo, number, "The pull request was merged."),
+            "the status comment saying so",
+        )
+        assert len(await baton_comments(maintainer, repo, number)) == 1
+        assert not (settler / "worktrees" / repo / f"issue-{number}").exists()
+        assert worktree.exists(), "settled elsewhere: the machine that ran it still has its copy"
+        later = await queued_issue(maintainer, repo, "Next", "agent: write notes.txt next")
+        await eventually(lambda: _gone(worktree), "the worktree's removal by the machine")
+        await eventually(
+            lambda: run_state(store, repo, later, RunState.PUSHED_GREEN), "the next run", 60
+        )
+    finally:
+        for name in ("runner", "settler"):
+            stack.processes.pop(name).stop()
+        for name in shared:
+            stack.start_worker(name)
 
 
 async def test_closing_a_pr_unmerged_ends_the_run_without_a_requeue(
@@ -606,8 +632,7 @@ async def test_a_maintainer_stops_a_live_run_and_its_work_is_kept(
     transcript = run.agent_result.transcript_path.read_text()
     assert "wrote greeting.txt" in transcript
     assert "Done: followed the issue's instructions." not in transcript, "stopped mid-sleep"
-    if stop is close_issue:
-        await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels off")
+    await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels off")
     branch = await maintainer.gh.getitem(
         "/repos/{+repo}/branches/{branch}", {"repo": repo, "branch": run.branch}
     )

@@ -38,13 +38,14 @@ __all__ = ["maintainer", "store"]  # fixtures this module uses
 # Where a clean issue's calls go, at most, in a repository Baton has worked in before:
 # the label changes (claimed, green, merged: add the new one, take off the one Baton put
 # on), the issue's status comment once per phase (claimed, waiting for checks, green,
-# merged), opening the pull request with its files, and reading the head's check suites
-# and commit status once. Starting costs nothing more: the label event shows the issue,
+# merged), opening the pull request with its files, reading the head's check suites
+# and commit status once, and the settlement audit's read of the pull request's files
+# (one call per 100 files). Starting costs nothing more: the label event shows the issue,
 # the repository answers 304 to its conditional read, its `.github/baton.yml` was read
 # within the hour, and the owner of a personal repository is its admin. The first issue
 # of a repository also reads the repository and its file; one queued by someone else
 # than the owner, that person's role (cached for a minute).
-CALL_BUDGET = {"labels": 5, "status comment": 4, "pull request": 1, "checks": 2}
+CALL_BUDGET = {"labels": 5, "status comment": 4, "pull request": 1, "checks": 2, "audit": 1}
 BATON_KINDS = ("installation", "app")  # the calls Baton makes: as the App, and as its installation
 BATON_LABELS = {"baton:queue", "baton:in-progress", "baton:review"}
 

@@ -1,4 +1,9 @@
-"""The reconcile sweep through real processes: lost webhooks, a killed worker, two sweeps."""
+"""The reconcile sweep through real processes: lost webhooks, a killed worker, two sweeps.
+
+Every worker here stands for a machine of its own: it keeps its mirrors and worktrees
+in a data directory no other worker shares, so a run a dead worker started is
+continued from GitHub and Redis alone, never from the dead machine's disk.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +17,14 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import aiohttp
 import pytest
 import redis
 from rq import Worker
 from rq.job import Job, JobStatus
 
 from bot.devstack import LocalBaton, Process
-from bot.dispatch import AGENTS, EVENTS, Dispatcher, job_id
+from bot.dispatch import AGENTS, EVENTS, Dispatcher, job_id, orphan_job
 from bot.github import github_app
 from bot.model import IssueRef, Run, RunState, utcnow
 from bot.sandbox.maintainer import Maintainer, eventually
@@ -26,6 +32,7 @@ from bot.settings import Settings
 from bot.store import Store
 from tests.conftest import RedisServer
 from tests.test_e2e import (  # maintainer and store act on this module's own stack
+    AGENT,
     GREETING_FIX,
     PROJECT,
     _attempt_state,
@@ -43,22 +50,56 @@ from tests.test_e2e import (  # maintainer and store act on this module's own st
 __all__ = ["maintainer", "store"]  # fixtures this module uses
 
 
-@pytest.fixture(scope="module")
-def stack(
-    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalBaton]:
-    # Its own Redis database, and a short lease, so a dead worker's claim expires quickly.
-    url = redis_server.url.rsplit("/", 1)[0] + "/2"
+def started_on_machines(redis_server: RedisServer, workdir: Path, database: int) -> LocalBaton:
+    """Start a stack whose workers each have a disk of their own, as machines of their own.
+
+    Its own Redis database, and a short lease and checkpoint, so deaths show quickly.
+    """
+    url = redis_server.url.rsplit("/", 1)[0] + f"/{database}"
     redis.Redis.from_url(url).flushdb()
     baton = started(
         url,
-        tmp_path_factory.mktemp("sweep"),
+        workdir,
         BATON_LOCK_TTL_SECONDS="2",
         BATON_MAX_CONTINUATIONS="3",
         BATON_CHECKPOINT_SECONDS="1",
     )
+    for name in [name for name in baton.processes if name.startswith("worker-")]:
+        baton.processes[name].stop()
+        start_machine(baton, name)
+    return baton
+
+
+@pytest.fixture(scope="module")
+def stack(
+    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalBaton]:
+    baton = started_on_machines(redis_server, tmp_path_factory.mktemp("sweep"), 2)
     yield baton
     baton.stop()
+
+
+def disk(stack: LocalBaton, name: str) -> Path:
+    """Return the data directory of the worker called name: its machine's own disk."""
+    return stack.workdir / "machines" / name
+
+
+def start_machine(
+    stack: LocalBaton, name: str, queues: tuple[str, ...] = (EVENTS, AGENTS)
+) -> Process:
+    """Start the worker called name on its own disk, as on a machine of its own."""
+    return stack.start_worker(name, queues, disk(stack, name))
+
+
+def made_on(stack: LocalBaton, name: str, repo: str, sha: str) -> bool:
+    """Return whether the commit sha is in the mirror on the disk of the worker called name."""
+    mirror = disk(stack, name) / "mirrors" / f"{repo}.git"
+    found = subprocess.run(
+        ["git", "--git-dir", str(mirror), "cat-file", "-e", f"{sha}^{{commit}}"],
+        capture_output=True,
+        check=False,
+    )
+    return found.returncode == 0
 
 
 def sweep(stack: LocalBaton) -> str:
@@ -237,19 +278,29 @@ def descendants(pid: int) -> list[int]:
 async def continued_after_a_death(
     stack: LocalBaton, store: Store, issue: IssueRef, attempt: int
 ) -> Run:
-    """Kill the worker running the attempt, sweep, and return the continuation once green."""
+    """Kill the worker running the attempt, sweep, and return the continuation once green.
+
+    The continuation is made on the other worker's disk: nothing of the dead one's is used.
+    """
     killed = await killed_mid_run(stack, store, issue.repo, issue.number, attempt)
     try:
         await sweep_until(stack, "orphaned")
-        return await eventually(
+        done = await eventually(
             lambda: _attempt_state(
                 store, issue.repo, issue.number, attempt + 1, RunState.PUSHED_GREEN
             ),
             "the continuation",
             60,
         )
+        survivor = next(
+            name for name, p in stack.processes.items() if name.startswith("worker-") and p.alive()
+        )
+        assert done.head_sha is not None
+        assert made_on(stack, survivor, issue.repo, done.head_sha)
+        assert not made_on(stack, killed.name, issue.repo, done.head_sha)
+        return done
     finally:
-        stack.start_worker(killed.name)  # the module's other tests keep two workers
+        start_machine(stack, killed.name)  # the module's other tests keep two workers
 
 
 async def test_a_killed_workers_run_is_continued_on_another_worker_with_the_same_pr(
@@ -284,7 +335,7 @@ async def test_an_orphan_a_maintainer_withdrew_is_not_requeued(
             await maintainer.remove_label(repo, number, label)
         await sweep_until(stack, "orphaned")
     finally:
-        stack.start_worker(killed.name)
+        start_machine(stack, killed.name)
     await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels released")
     await asyncio.sleep(1)
     runs = store.runs(IssueRef(installation_id=1, repo=repo, number=number))
@@ -333,13 +384,13 @@ def agents_held(stack: LocalBaton) -> Iterator[None]:
     agent_workers = [name for name in stack.processes if name.startswith("worker-")]
     for name in agent_workers:
         stack.processes[name].stop()
-    stack.start_worker("events-only", queues=(EVENTS,))
+    start_machine(stack, "events-only", (EVENTS,))
     try:
         yield
     finally:
         stack.processes.pop("events-only").stop()
         for name in agent_workers:
-            stack.start_worker(name)
+            start_machine(stack, name)
 
 
 async def run_job_queued(stack: LocalBaton, repo: str, number: int) -> Job:
@@ -368,7 +419,13 @@ async def test_an_issue_deleted_before_its_run_ends_the_job_in_one_line(
     with agents_held(stack):
         number = await queued_issue(maintainer, repo, "Deleted while queued", GREETING_FIX)
         job = await run_job_queued(stack, repo, number)
+        since = utcnow()
         await maintainer.delete_issue(repo, number)
+        issue = IssueRef(installation_id=1, repo=repo, number=number)
+        await eventually(  # its issues.deleted webhook ended the work, the run still queued
+            lambda: asyncio.to_thread(store.withdrawn_since, issue, since - timedelta(seconds=5)),
+            "the deletion handled",
+        )
     await finished(job)
     assert job.return_value() == "gone"
     assert latest_run(store, repo, number) is None, "deleted: its webhook ended the work"
@@ -491,3 +548,78 @@ async def test_an_installation_near_its_rate_limit_pauses_its_sweeps_while_a_run
         async with github_app(settings, store) as app:  # the next answer says so
             await (await app.for_installation(1)).getitem("/repos/{+repo}", {"repo": repo})
     assert "paused" not in await asyncio.to_thread(sweep, stack)
+
+
+def agents_among(pids: list[int]) -> list[int]:
+    """Return those of pids that are live agent processes, from /proc."""
+    found = []
+    for pid in pids:
+        proc = Path("/proc") / str(pid)
+        with contextlib.suppress(OSError):
+            agent = AGENT.name.encode() in (proc / "cmdline").read_bytes()
+            if agent and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                found.append(pid)
+    return found
+
+
+def _with_its_agent(worker: Process) -> list[int] | None:
+    """Return the worker's pid and every process below it, once its agent is among them."""
+    below = descendants(worker.popen.pid)
+    return [worker.popen.pid, *below] if agents_among(below) else None
+
+
+async def test_a_dead_machines_issue_is_taken_over_by_the_clock_and_no_agent_of_it_lives_on(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """With the default claim lifetime, the clock's check (not the sweep) takes the run over."""
+    url = redis_server.url.rsplit("/", 1)[0] + "/3"
+    redis.Redis.from_url(url).flushdb()
+    machines = started(url, tmp_path)  # the default BATON_LOCK_TTL_SECONDS, 60
+    try:
+        for name in ("worker-1", "worker-2"):
+            machines.processes[name].stop()
+            start_machine(machines, name)
+        clock = machines.start_clock()
+        store = Store.from_url(url)
+        async with aiohttp.ClientSession() as session:
+            maintainer = Maintainer(session, machines.sandbox_url, machines.admin_token)
+            repo = await new_repo(maintainer, machines)
+            number = await queued_issue(
+                maintainer,
+                repo,
+                "Outlive a dead machine",
+                "agent@1: sleep 600\nagent@2: write greeting.txt hello",
+            )
+            issue = IssueRef(installation_id=1, repo=repo, number=number)
+            await eventually(
+                lambda: _attempt_state(store, repo, number, 1, RunState.RUNNING), "running", 60
+            )
+            dead = await eventually(
+                lambda: asyncio.to_thread(worker_running, machines, issue), "its worker"
+            )
+            # The machine dies: every process of it at once, the agent among them.
+            doomed = await eventually(
+                lambda: asyncio.to_thread(_with_its_agent, dead), "its agent started"
+            )
+            for pid in doomed:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            dead.popen.wait()
+            done = await eventually(
+                lambda: _attempt_state(store, repo, number, 2, RunState.PUSHED_GREEN),
+                "the continuation on the other machine",
+                240,
+            )
+        orphaned = store.run(issue, 1)
+        assert orphaned is not None and orphaned.failure_class == "orphan-clean"
+        assert done.continuation_of == 1 and done.head_sha is not None
+        survivor = "worker-2" if dead.name == "worker-1" else "worker-1"
+        assert made_on(machines, survivor, repo, done.head_sha)
+        # Taken over by the clock's check of lapsed claims: a sweep would have left its job
+        # nothing to conclude.
+        takeover = Job.fetch(orphan_job(issue, 1).job_id, connection=redis.Redis.from_url(url))
+        assert takeover.get_status() is JobStatus.FINISHED and takeover.return_value() == "orphaned"
+        assert f"takeover: {issue} attempt 1's claim lapsed" in clock.log_path.read_text()
+        assert agents_among(doomed) == [], "no agent of the dead machine lives on"
+    finally:
+        machines.stop()

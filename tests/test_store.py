@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bot.model import Chain, IssueRef, Labels, Run, RunState, utcnow
-from bot.store import LockLost, Store
+from bot.store import LapsedClaim, LockLost, Store
 
 ISSUE = IssueRef(installation_id=1, repo="octo/widgets", number=12)
 
@@ -163,3 +163,47 @@ def test_chains_are_listed_from_their_index_without_scanning_the_keyspace(store:
     store.redis.config_resetstat()
     assert sorted(chain.head for chain in store.chains()) == [1, 2, 3]
     assert "cmdstat_scan" not in store.redis.info("commandstats")
+
+
+def test_a_claim_that_lapses_without_a_heartbeat_is_listed_with_its_run_until_forgotten(
+    store: Store,
+) -> None:
+    store.lock_ttl_ms = 300
+    claim = store.claim(ISSUE)
+    assert claim is not None
+    run = Run.claimed(ISSUE, store.next_attempt(claim), "baton/issue-12", utcnow())
+    store.save_run(run, claim)
+    for _ in range(3):  # heartbeats keep it from lapsing
+        time.sleep(0.15)
+        assert store.heartbeat(claim)
+        assert store.lapsed_claims() == []
+    time.sleep(0.4)  # its worker died: no heartbeat comes
+    assert store.lapsed_claims() == [LapsedClaim(ISSUE, locked=False, run=run)]
+    assert store.forget_lapsed_claim(ISSUE)
+    assert store.lapsed_claims() == []
+
+
+def test_a_released_claim_never_lapses(store: Store) -> None:
+    store.lock_ttl_ms = 100
+    claim = store.claim(ISSUE)
+    assert claim is not None
+    store.release(claim)
+    time.sleep(0.2)
+    assert store.lapsed_claims() == []
+    assert store.redis.exists("baton:claims") == 0, "nothing is left behind"
+
+
+def test_a_lapsed_claim_taken_again_is_no_longer_lapsed_nor_forgotten(store: Store) -> None:
+    store.lock_ttl_ms = 100
+    assert store.claim(ISSUE) is not None
+    time.sleep(0.2)
+    assert [claim.issue for claim in store.lapsed_claims()] == [ISSUE]
+    store.lock_ttl_ms = 60_000
+    successor = store.claim(ISSUE)
+    assert successor is not None
+    assert store.lapsed_claims() == []
+    assert not store.forget_lapsed_claim(ISSUE), "the successor's claim stays indexed"
+    store.lock_ttl_ms = 100
+    assert store.heartbeat(successor)  # a heartbeat moves the lapse to its new lease
+    time.sleep(0.2)
+    assert store.lapsed_claims() == [LapsedClaim(ISSUE, locked=False, run=None)]

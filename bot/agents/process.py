@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import functools
 import os
 import signal
 from collections import deque
@@ -21,6 +23,21 @@ EVIDENCE_LINE_CHARS = 2000  # one evidence line: what a person reads, not a whol
 MAX_LINE = 4 * 1024 * 1024
 MARKER_ROOM = 128  # what the marker line takes, with room to spare
 STDERR_GRACE_S = 2.0  # after the process exits, how long its stderr may take to close
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# Looked up once, before any fork: a child between fork and exec may only call it.
+_PRCTL = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+
+
+def die_with_parent(parent: int) -> None:
+    """Make this process get SIGKILL when its parent dies; exit now if it already has.
+
+    Called in a child just after fork: a parent that died before the request was made
+    is seen as a new parent pid, and the child goes at once.
+    """
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 @dataclass(frozen=True)
@@ -143,6 +160,9 @@ async def run_process(
                 env=env,
                 stdin=stdin_file,
                 start_new_session=True,  # its own process group, so the cap kills its children too
+                # Never outliving the work horse: a jailed agent's bwrap takes everything in
+                # its PID namespace down with it.
+                preexec_fn=functools.partial(die_with_parent, os.getpid()),
             )
         except OSError as exc:
             return ProcessOutcome(None, False, started, utcnow(), [], spawn_error=str(exc))

@@ -30,6 +30,10 @@ from bot.sandbox.state import (
     parse_iso,
 )
 
+# GitHub's diff limits ("Repository limits"): "Individual files in a diff: 20,000 lines
+# that you can load or 1 MB of raw diff data"; past them the API gives no `patch`.
+PATCH_LINES_LIMIT = 20_000
+PATCH_BYTES_LIMIT = 1_000_000
 REACTIONS = ("+1", "-1", "laugh", "confused", "heart", "hooray", "eyes", "rocket")
 
 
@@ -642,7 +646,7 @@ class Render:
             "raw_url": f"{self.repo_html(repo)}/raw/{ref}/{path}",
             "contents_url": f"{self.repo_api(repo)}/contents/{path}?ref={ref}",
         }
-        if change.patch is not None:
+        if change.patch is not None and _showable(change.patch):
             data["patch"] = change.patch
         if change.previous_filename is not None:
             data["previous_filename"] = change.previous_filename
@@ -814,3 +818,8 @@ def combined_state(latest: list[CommitStatus]) -> str:
 def _z(date: str) -> str:
     """Normalize git's strict ISO dates to UTC with a trailing Z."""
     return iso(parse_iso(date))
+
+
+def _showable(patch: str) -> bool:
+    """Tell whether GitHub would show a file's patch: within its diff limits."""
+    return patch.count("\n") < PATCH_LINES_LIMIT and len(patch.encode()) <= PATCH_BYTES_LIMIT

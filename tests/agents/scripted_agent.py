@@ -4,6 +4,8 @@ It follows instructions written in the issue body, one per line, so each test
 says in its issue what the agent does:
 
     agent: write PATH TEXT     write TEXT (\\n for newlines, {attempt} for the attempt) to PATH
+    agent: lines PATH COUNT    write COUNT numbered lines to PATH (a diff too large to show)
+    agent: delete PATH         delete the file at PATH
     agent: commit MESSAGE      commit what is there so far
     agent: sleep SECONDS
     agent: exit CODE           stop with that exit code
@@ -45,6 +47,14 @@ def main() -> int:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text.replace("\\n", "\n").replace("{attempt}", attempt))
             print(f"wrote {path}")
+        elif verb == "lines":
+            path, _, count = rest.partition(" ")
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text("".join(f"line {n}\n" for n in range(int(count))))
+            print(f"wrote {count} lines to {path}")
+        elif verb == "delete":
+            Path(rest).unlink()
+            print(f"deleted {rest}")
         elif verb == "commit":
             git = ["git", "-c", "user.name=Agent", "-c", "user.email=agent@example.invalid"]
             subprocess.run([*git, "add", "-A"], check=True)

@@ -26,6 +26,7 @@ from bot.sandbox.state import Issue, Pull, Repo, Review, ReviewComment, utc_now
 routes = web.RouteTableDef()
 
 PULL = "/repos/{owner}/{repo}/pulls/{pull_number:\\d+}"
+PULL_FILES_CAP = 3000  # GitHub lists at most this many of a pull request's files
 REVIEW_STATES = {
     "APPROVE": "APPROVED",
     "REQUEST_CHANGES": "CHANGES_REQUESTED",
@@ -234,12 +235,17 @@ async def update_pull(request: web.Request) -> web.Response:
 @routes.get(PULL + "/files")
 @requires(read("pull_requests"))
 async def list_files(request: web.Request) -> web.Response:
-    """List the files a pull request changes (diff from the merge base to the head)."""
+    """List the files a pull request changes (diff from the merge base to the head).
+
+    GitHub ("List pull requests files"): "Responses include a maximum of 3000 files.
+    The paginated response returns 30 files per page by default."
+    """
     hub = hub_of(request)
     repo = repo_of(request)
     issue, _ = pull_of(request, repo)
     fork_point, head = await pulls.diff_range(hub, repo, issue)
-    page, headers = paginate(request, hub.public_url, await hub.git(repo).diff(fork_point, head))
+    changes = (await hub.git(repo).diff(fork_point, head))[:PULL_FILES_CAP]
+    page, headers = paginate(request, hub.public_url, changes)
     return json_response([hub.render.diff_entry(repo, head, c) for c in page], headers=headers)
 
 
