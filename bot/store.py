@@ -617,6 +617,8 @@ class Store:
                         "status-comment",
                         "desired-label",
                         "label-set",
+                        "label-applied",
+                        "label-removals",
                         "queued-text",
                         "queue-refused",
                         "extra-continuations",
@@ -982,17 +984,6 @@ class Store:
 
     # Labels: the outbox -------------------------------------------------
 
-    def set_desired_label(self, issue: IssueRef, label: str | None, labels: Labels) -> None:
-        """Record which Baton state label the issue should carry (None: none of them).
-
-        The repository's whole set of Baton labels is recorded with it, so whoever
-        applies it later knows which labels to take off.
-        """
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(_issue_key(issue, "desired-label"), label or "", ex=RUN_TTL_S)
-            pipe.set(_issue_key(issue, "label-set"), labels.model_dump_json(), ex=RUN_TTL_S)
-            pipe.execute()
-
     def label_set(self, issue: IssueRef) -> Labels | None:
         """Return the Baton labels recorded for the issue's repository with its desired label."""
         value = self.redis.get(_issue_key(issue, "label-set"))
@@ -1129,12 +1120,13 @@ class Store:
             planned = plan(_text(before) or None if before is not None else None, applied, removals)
             outcome[:] = [planned]
             pipe.multi()
-            pipe.set(desired_key, label or "")
-            pipe.set(_issue_key(issue, "label-set"), labels.model_dump_json())
-            pipe.set(applied_key, "1" if planned[0] else "0")
+            pipe.set(desired_key, label or "", ex=RUN_TTL_S)
+            pipe.set(_issue_key(issue, "label-set"), labels.model_dump_json(), ex=RUN_TTL_S)
+            pipe.set(applied_key, "1" if planned[0] else "0", ex=RUN_TTL_S)
             pipe.delete(removals_key)
             if planned[1]:
                 pipe.sadd(removals_key, *sorted(planned[1]))
+                pipe.expire(removals_key, RUN_TTL_S)
 
         self.redis.transaction(change, desired_key, applied_key, removals_key)
         return outcome[0]
@@ -1150,7 +1142,7 @@ class Store:
     def label_added(self, issue: IssueRef, label: str) -> None:
         """Record that label, if still the desired one, is on the issue."""
         if self.desired_label(issue) == label:
-            self.redis.set(_issue_key(issue, "label-applied"), "1")
+            self.redis.set(_issue_key(issue, "label-applied"), "1", ex=RUN_TTL_S)
 
     def take_label_removal(self, issue: IssueRef, name: str) -> bool:
         """Take name off the labels still to come off; False if another job took it first."""
@@ -1158,7 +1150,11 @@ class Store:
 
     def return_label_removal(self, issue: IssueRef, name: str) -> None:
         """Put name back among the labels to come off (taking it off failed)."""
-        self.redis.sadd(_issue_key(issue, "label-removals"), name)
+        key = _issue_key(issue, "label-removals")
+        with self.redis.pipeline() as pipe:
+            pipe.sadd(key, name)
+            pipe.expire(key, RUN_TTL_S)
+            pipe.execute()
 
     def status_written(self, repo: str, comment_id: int) -> str | None:
         """Return the key of what a status comment last said, if Baton recorded it."""

@@ -135,7 +135,11 @@ def test_every_key_an_issue_leaves_expires_or_goes_with_it(store: Store) -> None
     store.save_run(run.model_copy(update={"head_sha": "a" * 40, "pr_number": 3}), claim)
     store.set_status_comment(ISSUE, 100)
     store.set_pull_status_comment(ISSUE.repo, 3, 101)
-    store.set_desired_label(ISSUE, "baton:review", Labels())
+    store.record_state_label(
+        ISSUE, "baton:review", Labels(), lambda *_: (False, frozenset({"baton:in-progress"}))
+    )
+    store.return_label_removal(ISSUE, "baton:queue")
+    store.record_withdrawal(ISSUE, utcnow())
     store.grant_budget(ISSUE, 1, 5)
     store.record_checkpoint(ISSUE, 1, "b" * 40)
     store.first_queue_refusal(ISSUE)
