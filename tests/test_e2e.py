@@ -250,12 +250,18 @@ async def test_red_ci_comes_back_to_the_agent_and_goes_green_on_the_same_pr(
     assert "## Failing checks" in brief and "### ci: failure" in brief
     assert "Done: followed the issue's instructions." in brief  # the previous report
 
-    [pr_status] = await baton_comments(maintainer, repo, int(pr["number"]))
-    assert (
-        "| 1 | checks-failed |" in pr_status["body"] and "| 2 | pushed-green |" in pr_status["body"]
+    # The labels go on before the status comments are written: wait for the comment.
+    pr_status = await eventually(
+        lambda: _comment_saying(maintainer, repo, int(pr["number"]), "| 2 | pushed-green |"),
+        "the PR's status comment at green",
     )
-    [issue_status] = await baton_comments(maintainer, repo, number)
-    assert f"{pr['html_url']}#issuecomment-{pr_status['id']}" in issue_status["body"]
+    assert "| 1 | checks-failed |" in pr_status["body"]
+    assert len(await baton_comments(maintainer, repo, int(pr["number"]))) == 1
+    history = f"{pr['html_url']}#issuecomment-{pr_status['id']}"
+    await eventually(  # the issue's comment, written after the PR's, links to it
+        lambda: _comment_saying(maintainer, repo, number, history), "the issue's status comment"
+    )
+    assert len(await baton_comments(maintainer, repo, number)) == 1
 
     # A late failure for the old head changes nothing.
     await _redeliver_suite(maintainer, repo, str(first.head_sha))
