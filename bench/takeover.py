@@ -30,11 +30,8 @@ import time
 from pathlib import Path
 
 import aiohttp
-import redis
-from rq import Worker
 
-from bot.devstack import LocalBaton, Process, start_redis_server
-from bot.dispatch import job_id
+from bot.devstack import LocalBaton, Process, descendants, start_redis_server, worker_running
 from bot.model import IssueRef, RunState
 from bot.sandbox.maintainer import Maintainer, eventually
 from bot.store import Store
@@ -45,32 +42,6 @@ BRIEF = "agent@1: sleep 900\nagent@2: write greeting.txt hello"
 GOAL_S = 90.0
 DAY_S = 24 * 3600
 MODES = {"takeover": {}, "sweep only": {"BATON_TAKEOVER_CHECK_SECONDS": str(DAY_S)}}
-
-
-def running_worker(baton: LocalBaton, issue: IssueRef) -> Process | None:
-    """Return the live worker whose work horse runs the issue's attempt."""
-    prefix = job_id("run", issue.repo, issue.number) + "-"
-    live = {p.popen.pid: p for p in baton.processes.values() if p.alive()}
-    for worker in Worker.all(connection=redis.Redis.from_url(baton.redis_url)):
-        current = worker.get_current_job_id()
-        if current and current.startswith(prefix) and worker.pid in live:
-            return live[worker.pid]
-    return None
-
-
-def below(pid: int) -> list[int]:
-    """Return every process below pid, from /proc."""
-    parents: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, frontier = [], [pid]
-    while frontier:
-        children = parents.get(frontier.pop(), [])
-        found += children
-        frontier += children
-    return found
 
 
 async def death_to_continuation(mode: str, redis_url: str, workdir: Path) -> float:
@@ -98,10 +69,10 @@ async def death_to_continuation(mode: str, redis_url: str, workdir: Path) -> flo
             run = store.latest_run(issue)
             if run is None or run.state is not RunState.RUNNING:
                 return None
-            return await asyncio.to_thread(running_worker, baton, issue)
+            return await asyncio.to_thread(worker_running, baton, issue)
 
         dead = await eventually(running, f"{mode}: the agent running", 120)
-        for pid in [dead.popen.pid, *below(dead.popen.pid)]:
+        for pid in [dead.popen.pid, *descendants(dead.popen.pid)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         died = time.monotonic()

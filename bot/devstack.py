@@ -22,7 +22,8 @@ from pathlib import Path
 import redis
 from rq import Worker
 
-from bot.dispatch import AGENTS, EVENTS
+from bot.dispatch import AGENTS, EVENTS, job_id
+from bot.model import IssueRef
 
 START_TIMEOUT_S = 30.0
 
@@ -295,3 +296,29 @@ class LocalBaton:
         return "\n".join(
             f"--- {p.name} ({p.log_path}) ---\n{p.log_tail()}" for p in self.processes.values()
         )
+
+
+def descendants(pid: int) -> list[int]:
+    """Return every process below pid, from /proc."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, frontier = [], [pid]
+    while frontier:
+        children = parents.get(frontier.pop(), [])
+        found += children
+        frontier += children
+    return found
+
+
+def worker_running(stack: LocalBaton, issue: IssueRef) -> Process | None:
+    """Return the stack's live `baton worker` whose work horse runs the issue's attempt."""
+    prefix = job_id("run", issue.repo, issue.number) + "-"
+    live = {p.popen.pid: p for p in stack.processes.values() if p.alive()}
+    for worker in Worker.all(connection=redis.Redis.from_url(stack.redis_url)):
+        current = worker.get_current_job_id()
+        if current and current.startswith(prefix) and worker.pid in live:
+            return live[worker.pid]
+    return None

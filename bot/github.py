@@ -321,10 +321,6 @@ class GitHubApp:
         caller = Caller(installation_id, token.minted_at, record)
         return self._client(caller, str(installation_id), oauth_token=token.token)
 
-    def forget_token(self, installation_id: int) -> None:
-        """Drop an installation's cached token (GitHub refused it: revoked, or uninstalled)."""
-        self._store.forget_installation_token(self.identity, installation_id)
-
     async def learn_bot_login(self) -> str:
         """Return the App's bot login, fetching it once from GET /app."""
         known = self._settings.bot_login or self._store.bot_login()

@@ -374,10 +374,6 @@ class Store:
             key = _installation_key(app, installation_id, "token")
             self.redis.set(key, f"{token} {minted_at}", ex=ttl_s)
 
-    def forget_installation_token(self, app: str, installation_id: int) -> None:
-        """Drop an installation's cached token."""
-        self.redis.delete(_installation_key(app, installation_id, "token"))
-
     def record_rate_limit(self, app: str, installation_id: int, budget: RateBudget) -> None:
         """Remember what GitHub last said of an installation's hourly request budget."""
         key = f"{_PREFIX}:app:{app}:rate-limits"  # one field per installation: a bounded set

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from gidgethub import BadRequest
 
-from bot.devstack import LocalBaton, Process
+from bot.devstack import LocalBaton, Process, descendants, worker_running
 from bot.git import salvage_branch
 from bot.model import Budget, IssueRef, Run, RunState
 from bot.runner import INTERRUPTED
@@ -33,11 +33,9 @@ from tests.test_e2e import (  # maintainer and store act on this module's own st
 )
 from tests.test_e2e_sweep import (
     continued_after_a_death,
-    descendants,
     made_on,
     start_machine,
     started_on_machines,
-    worker_running,
 )
 
 __all__ = ["maintainer", "store"]  # fixtures this module uses

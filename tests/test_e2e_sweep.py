@@ -20,11 +20,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 import redis
-from rq import Worker
 from rq.job import Job, JobStatus
 
-from bot.devstack import LocalBaton, Process
-from bot.dispatch import AGENTS, EVENTS, Dispatcher, job_id, orphan_job
+from bot.devstack import LocalBaton, Process, descendants, worker_running
+from bot.dispatch import AGENTS, EVENTS, Dispatcher, orphan_job
 from bot.github import github_app
 from bot.model import IssueRef, Run, RunState, utcnow
 from bot.sandbox.maintainer import Maintainer, eventually
@@ -227,17 +226,6 @@ async def _check_suite_lost(maintainer: Maintainer, repo: str) -> bool:
     )
 
 
-def worker_running(stack: LocalBaton, issue: IssueRef) -> Process | None:
-    """Return the live `baton worker` process whose work horse runs the issue's agent."""
-    prefix = job_id("run", issue.repo, issue.number) + "-"
-    live = {p.popen.pid: p for p in stack.processes.values() if p.alive()}
-    for worker in Worker.all(connection=redis.Redis.from_url(stack.redis_url)):
-        current = worker.get_current_job_id()
-        if current and current.startswith(prefix) and worker.pid in live:
-            return live[worker.pid]
-    return None
-
-
 async def killed_mid_run(
     stack: LocalBaton, store: Store, repo: str, number: int, attempt: int
 ) -> Process:
@@ -258,21 +246,6 @@ async def killed_mid_run(
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return process
-
-
-def descendants(pid: int) -> list[int]:
-    """Return every process below pid, from /proc."""
-    parents: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, frontier = [], [pid]
-    while frontier:
-        children = parents.get(frontier.pop(), [])
-        found += children
-        frontier += children
-    return found
 
 
 async def continued_after_a_death(
