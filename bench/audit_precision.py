@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from bot.audit import audit, files_of_unified_diff
-from bot.model import AuditFinding
+from bot.domain.audit import audit, files_of_unified_diff
+from bot.domain.model import AuditFinding
 
 CORPUS = Path(__file__).parents[1] / "tests" / "fixtures" / "audit"
 

@@ -40,8 +40,8 @@ from pathlib import Path
 
 import aiohttp
 
-from bot.devstack import Process, free_port, http_ok, spawn, start_redis_server, wait_until
-from bot.intake import ForwarderProcess
+from bot.devkit.devstack import Process, free_port, http_ok, spawn, start_redis_server, wait_until
+from bot.edges.intake import ForwarderProcess
 
 SECRET = "bench-secret"  # noqa: S105 - a throwaway secret for a loopback benchmark
 PAYLOAD = Path(__file__).parents[1] / "tests/fixtures/github/payloads/issues/labeled.ghes-3.5.json"

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from bot.agents import AgentRequest, egress_for_run, egress_policy_for
 from bot.agents.command import CommandAdapter
-from bot.jail import jails_for, sandbox_problem
-from bot.model import utcnow
-from bot.settings import Settings
+from bot.agents.jail import jails_for, sandbox_problem
+from bot.domain.model import utcnow
+from bot.ops.settings import Settings
 
 MODES = ("off", "none", "allowlist")
 

@@ -55,12 +55,12 @@ import aiohttp
 import redis
 from rq import Queue
 
-from bot.devstack import LocalBaton, start_redis_server
-from bot.dispatch import AGENTS, QUEUES, job_id
-from bot.model import IssueRef, Run, RunState
-from bot.sandbox.maintainer import Maintainer
-from bot.settings import Settings
-from bot.store import Store
+from bot.devkit.devstack import LocalBaton, start_redis_server
+from bot.devkit.maintainer import Maintainer
+from bot.domain.model import IssueRef, Run, RunState
+from bot.edges.queue import AGENTS, QUEUES, job_id
+from bot.edges.store import Store
+from bot.ops.settings import Settings
 
 QUEUE_LABEL = "baton:queue"
 REVIEW_LABEL = "baton:review"

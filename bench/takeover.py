@@ -31,10 +31,10 @@ from pathlib import Path
 
 import aiohttp
 
-from bot.devstack import LocalBaton, Process, descendants, start_redis_server, worker_running
-from bot.model import IssueRef, RunState
-from bot.sandbox.maintainer import Maintainer, eventually
-from bot.store import Store
+from bot.devkit.devstack import LocalBaton, Process, descendants, start_redis_server, worker_running
+from bot.devkit.maintainer import Maintainer, eventually
+from bot.domain.model import IssueRef, RunState
+from bot.edges.store import Store
 
 AGENT = Path(__file__).parents[1] / "tests" / "agents" / "scripted_agent.py"
 PROJECT = {"README.md": "# takeover\n", "greeting.txt": "hi\n"}

@@ -7,8 +7,8 @@ import logging
 from gidgethub.routing import Router
 from gidgethub.sansio import Event
 
-from bot.commands import ignored_bot, parse_command
-from bot.dispatch import command_job
+from bot.domain.commands import ignored_bot, parse_command
+from bot.edges.queue import command_job
 from handlers.context import HandlerContext
 
 log = logging.getLogger(__name__)

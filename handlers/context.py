@@ -14,9 +14,9 @@ from typing import Any
 
 from gidgethub.sansio import Event
 
-from bot.dispatch import JobSpec
-from bot.model import IssueRef
-from bot.settings import Settings
+from bot.domain.model import IssueRef
+from bot.edges.queue import JobSpec
+from bot.ops.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,9 @@ from typing import Any
 from gidgethub.routing import Router
 from gidgethub.sansio import Event
 
-from bot.chains import names_a_chain
-from bot.dispatch import (
+from bot.domain.chains import names_a_chain
+from bot.domain.issue_text import BODY_CAP, Snapshot, github_time, snapshot
+from bot.edges.queue import (
     issue_closed_job,
     issue_deleted_job,
     issue_edited_job,
@@ -24,7 +25,6 @@ from bot.dispatch import (
     run_issue_job,
     withdrawn_job,
 )
-from bot.snapshot import BODY_CAP, Snapshot, github_time, snapshot
 from handlers.context import HandlerContext
 
 log = logging.getLogger(__name__)

@@ -10,14 +10,14 @@ from typing import ParamSpec
 
 from gidgethub import BadRequest
 
-from bot.dispatch import Dispatcher
-from bot.logs import log_context
-from bot.metrics import JOBS, Tally
-from bot.model import IssueRef
-from bot.recovery import Services
-from bot.settings import load_settings
-from bot.settle import end_gone_issue
-from bot.store import Store
+from bot.domain.model import IssueRef
+from bot.edges.queue import Dispatcher
+from bot.edges.store import Store
+from bot.ops.logs import log_context
+from bot.ops.metrics import JOBS, Tally
+from bot.ops.settings import load_settings
+from bot.workflows.conclude import Services
+from bot.workflows.settle import end_gone_issue
 
 P = ParamSpec("P")
 GONE = HTTPStatus.GONE  # GitHub's answer for a deleted issue

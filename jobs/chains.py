@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from bot import chainwork
-from bot.model import IssueRef
-from bot.snapshot import from_job
+from bot.domain.issue_text import from_job
+from bot.domain.model import IssueRef
+from bot.workflows import chain as chainwork
 from jobs import job, services
 
 

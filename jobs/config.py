@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from bot.config import CONFIG_PATH, InvalidRepoConfig
-from bot.github import github_app
-from bot.tracker import load_repo_config
+from bot.domain.repo_config import CONFIG_PATH, InvalidRepoConfig
+from bot.edges.api import load_repo_config
+from bot.edges.github import github_app
 from jobs import job, services
 
 log = logging.getLogger(__name__)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import cast
 
-from bot import edits
-from bot.model import IssueRef
-from bot.snapshot import Edit, TextField, github_time
+from bot.domain.issue_text import Edit, TextField, github_time
+from bot.domain.model import IssueRef
+from bot.workflows import edits
 from jobs import job, services
 
 

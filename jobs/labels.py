@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.github import github_app
-from bot.labels import recorded_labels
-from bot.labels import sync_labels as sync
-from bot.model import IssueRef
+from bot.domain.model import IssueRef
+from bot.edges.github import github_app
+from bot.workflows.labels import recorded_labels
+from bot.workflows.labels import sync_labels as sync
 from jobs import job, services
 
 

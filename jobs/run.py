@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 
-from bot import runner
-from bot.dispatch import RunMode
-from bot.model import IssueRef
-from bot.snapshot import from_job
+from bot.domain.issue_text import from_job
+from bot.domain.model import IssueRef
+from bot.edges.queue import RunMode
+from bot.workflows import attempt as runner
 from jobs import job, services
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from bot import settle
-from bot.model import IssueRef, Run
-from bot.snapshot import github_time
+from bot.domain.issue_text import github_time
+from bot.domain.model import IssueRef, Run
+from bot.workflows import settle
 from jobs import job, services
 
 
@@ -21,7 +21,7 @@ async def _settle_head(installation_id: int, repo: str, head_sha: str) -> Run | 
     """Settle one head, never twice at once: a duplicate waits, then finds it settled.
 
     The result is noted first: a run not yet recorded as pushed finds it once it is,
-    and looks then (bot/runner.py).
+    and looks then (bot/workflows/attempt.py).
     """
     ctx = services()
     ctx.store.note_check_result(repo, head_sha)

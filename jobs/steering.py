@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bot import steering
+from bot.workflows import steer as steering
 from jobs import job, services
 
 

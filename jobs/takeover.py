@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.github import github_app
-from bot.model import IssueRef
-from bot.sweep import conclude_orphan
+from bot.domain.model import IssueRef
+from bot.edges.github import github_app
+from bot.workflows.sweep import conclude_orphan
 from jobs import job, services
 
 

@@ -26,14 +26,14 @@ import redis
 from bot.agents import adapter_for, agent_home, egress_for_run, egress_policy_for, programs_of
 from bot.agents.base import AgentRequest
 from bot.agents.egress import EgressPolicy, HostPort, parse_host_port
-from bot.classify import RunFacts, classify
-from bot.devstack import LocalBaton
-from bot.git import Git, Identity, Workspace
-from bot.jail import Jail, jails_for, sandbox_problem
-from bot.model import AgentResult, Classification, IssueRef, Run, RunState, utcnow
-from bot.sandbox.maintainer import Maintainer, eventually
-from bot.settings import Settings
-from bot.store import Store
+from bot.agents.jail import Jail, jails_for, sandbox_problem
+from bot.devkit.devstack import LocalBaton
+from bot.devkit.maintainer import Maintainer, eventually
+from bot.domain.classify import RunFacts, classify
+from bot.domain.model import AgentResult, Classification, IssueRef, Run, RunState, utcnow
+from bot.edges.git import Git, Identity, Workspace
+from bot.edges.store import Store
+from bot.ops.settings import Settings
 from tests.conftest import RedisServer
 
 ROOT = Path(__file__).parents[1]

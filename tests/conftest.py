@@ -10,14 +10,14 @@ import pytest
 import redis
 from pydantic import SecretStr
 
-from bot.devstack import start_redis_server
-from bot.dispatch import Dispatcher
-from bot.github import GitHubApp, GitHubClient, github_app
+from bot.devkit.devstack import start_redis_server
+from bot.devkit.maintainer import Maintainer
+from bot.edges.github import GitHubApp, GitHubClient, github_app
+from bot.edges.queue import Dispatcher
+from bot.edges.store import Store
+from bot.ops.settings import Settings
 from bot.sandbox.hub import HUB
-from bot.sandbox.maintainer import Maintainer
 from bot.sandbox.server import running
-from bot.settings import Settings
-from bot.store import Store
 
 # The CLI tests' shared harness and providers assert as the tests do: let pytest explain.
 pytest.register_assert_rewrite("tests.cli_harness", "tests.providers")

@@ -16,6 +16,7 @@ import pytest
 
 from bot.agents import AgentConfigError, aider, build_adapter, claude, codex
 from bot.agents.base import FORBIDDEN_ENV
+from bot.agents.jail import Jail
 from bot.agents.resets import (
     after_reset,
     claude_reset,
@@ -26,8 +27,7 @@ from bot.agents.resets import (
     zone_named,
 )
 from bot.agents.stream import Reader, Reading
-from bot.jail import Jail
-from bot.model import AgentResult
+from bot.domain.model import AgentResult
 from tests.test_agents import SECRETS, request_for
 
 TRANSCRIPTS = Path(__file__).parent / "fixtures" / "agent-transcripts"

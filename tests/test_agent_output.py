@@ -20,7 +20,7 @@ from bot.agents.base import AgentRequest
 from bot.agents.command import RESULT_LIMIT, CommandAdapter
 from bot.agents.output import Unreadable, find_file, read_capped
 from bot.agents.process import Cap, Capture, cut_marker, run_process
-from bot.model import utcnow
+from bot.domain.model import utcnow
 from tests.test_agents import python, request_for
 
 MARKER = re.compile(rb"\[baton: (\d+) bytes of output cut here\]\n")

@@ -14,8 +14,8 @@ import pytest
 from bot.agents import AgentConfigError, adapter_for
 from bot.agents.base import FORBIDDEN_ENV, AgentRequest
 from bot.agents.command import CommandAdapter
-from bot.model import utcnow
-from bot.settings import Settings
+from bot.domain.model import utcnow
+from bot.ops.settings import Settings
 
 SECRETS = {
     "GITHUB_PRIVATE_KEY": "-----BEGIN RSA PRIVATE KEY-----\nsecret\n",

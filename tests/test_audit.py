@@ -7,10 +7,18 @@ from datetime import UTC, datetime
 import pytest
 
 from bench.audit_precision import Case, corpus
-from bot.audit import FILES_CAP, DiffFile, audit, files_of_unified_diff, unreadable
-from bot.classify import RunFacts, classify
-from bot.model import AuditFinding, AuditKind, FailureClass, IssueRef, Recovery, Run, RunState
-from bot.render import AUDIT_HEADING, audit_reason, pull_comment_due, status_comment
+from bot.domain.audit import FILES_CAP, DiffFile, audit, files_of_unified_diff, unreadable
+from bot.domain.classify import RunFacts, classify
+from bot.domain.model import (
+    AuditFinding,
+    AuditKind,
+    FailureClass,
+    IssueRef,
+    Recovery,
+    Run,
+    RunState,
+)
+from bot.domain.render import AUDIT_HEADING, audit_reason, pull_comment_due, status_comment
 
 K = AuditKind
 WEAKENING = corpus("weakening")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from bot import render
-from bot.labels import LabelPlan, plan_state_label
-from bot.model import IssueRef, Labels, Policy, Run, RunState, utcnow
+from bot.domain import render
+from bot.domain.model import IssueRef, Labels, Policy, Run, RunState, utcnow
+from bot.workflows.labels import LabelPlan, plan_state_label
 
 ISSUE = IssueRef(installation_id=1, repo="octo/widgets", number=7)
 LABELS = Labels()

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from bot.chains import (
+from bot.domain.chains import (
     STACK_MARKER,
     ChainRefused,
     ChainStep,
@@ -28,8 +28,8 @@ from bot.chains import (
     successors,
     task_list,
 )
-from bot.model import Budget, Classification, FailureClass, IssueRef, Recovery, Run, RunState
-from bot.render import STATUS_MARKER
+from bot.domain.model import Budget, Classification, FailureClass, IssueRef, Recovery, Run, RunState
+from bot.domain.render import STATUS_MARKER
 
 REPO = "owner/name"
 AT = datetime(2026, 5, 1, 9, tzinfo=UTC)

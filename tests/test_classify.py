@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.budget import decide, spend
-from bot.classify import RunFacts, classify
-from bot.model import (
+from bot.domain.budget import decide, spend
+from bot.domain.classify import RunFacts, classify
+from bot.domain.model import (
     AgentResult,
     Budget,
     Classification,

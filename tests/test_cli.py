@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.devstack import free_port
-from bot.model import Chain, IssueRef, Run
-from bot.store import Store
+from bot.devkit.devstack import free_port
+from bot.domain.model import Chain, IssueRef, Run
+from bot.edges.store import Store
 
 
 def baton(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:

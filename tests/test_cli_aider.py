@@ -26,7 +26,7 @@ from bot.agents import TESTED_VERSIONS
 from bot.agents import aider as aider_adapter
 from bot.agents.aider import RETRY_PATIENCE_S, AiderAdapter
 from bot.agents.egress import provider_hosts
-from bot.model import FailureClass, Recovery
+from bot.domain.model import FailureClass, Recovery
 from tests.cli_harness import (
     ROOT,
     Issue,

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from bot import render
 from bot.agents.claude import ClaudeAdapter
 from bot.agents.egress import ANTHROPIC
-from bot.model import FailureClass, IssueRef, Recovery, Run, utcnow
+from bot.domain import render
+from bot.domain.model import FailureClass, IssueRef, Recovery, Run, utcnow
 from tests.cli_harness import (
     CALC,
     ROOT,

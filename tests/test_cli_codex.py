@@ -25,9 +25,9 @@ import pytest
 
 from bot.agents import CodexAdapter, codex, egress_policy_for
 from bot.agents.egress import CHATGPT, OPENAI, parse_host_port
-from bot.model import AgentResult, FailureClass, Recovery, utcnow
-from bot.render import refusals
-from bot.settings import Settings
+from bot.domain.model import AgentResult, FailureClass, Recovery, utcnow
+from bot.domain.render import refusals
+from bot.ops.settings import Settings
 from tests.cli_harness import (
     CALC,
     ROOT,

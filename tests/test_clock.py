@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from bot.clock import takeovers
-from bot.dispatch import Dispatcher, sync_labels_job
-from bot.model import IssueRef, Run, RunState, utcnow
-from bot.sandbox.maintainer import eventually
-from bot.settings import Settings
-from bot.store import LapsedClaim, Store
+from bot.devkit.maintainer import eventually
+from bot.domain.model import IssueRef, Run, RunState, utcnow
+from bot.edges.queue import Dispatcher, sync_labels_job
+from bot.edges.store import LapsedClaim, Store
+from bot.ops.clock import takeovers
+from bot.ops.settings import Settings
 
 ISSUES = [IssueRef(installation_id=1, repo="octo/clockwork", number=n) for n in range(1, 6)]
 

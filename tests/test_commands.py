@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bot.commands import (
+from bot.domain.commands import (
     ROLES,
     Command,
     Refused,
@@ -22,8 +22,8 @@ from bot.commands import (
     role_rank,
     trusted,
 )
-from bot.lifecycle import request_changes
-from bot.model import IssueRef, Run, RunState
+from bot.domain.lifecycle import request_changes
+from bot.domain.model import IssueRef, Run, RunState
 
 # ---------------------------------------------------------------- the rule
 

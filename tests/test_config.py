@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import (
+from bot.domain.model import Labels
+from bot.domain.repo_config import (
     CONFIG_PATH,
     EXAMPLE_CONFIG,
     AgentConfig,
@@ -22,8 +23,7 @@ from bot.config import (
     key_lines,
     parse_repo_config,
 )
-from bot.model import Labels
-from bot.settings import Settings
+from bot.ops.settings import Settings
 
 DOCS = Path(__file__).parents[1] / "docs" / "config.md"
 
@@ -313,7 +313,7 @@ def test_the_reference_names_every_key() -> None:
 def test_the_docs_are_the_generated_reference() -> None:
     assert DOCS.read_text() == config_reference(), (
         "docs/config.md is out of date; regenerate it with "
-        "python -c 'from bot.config import config_reference; "
+        "python -c 'from bot.domain.repo_config import config_reference; "
         'print(config_reference(), end="")\' > docs/config.md'
     )
 

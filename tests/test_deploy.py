@@ -29,9 +29,9 @@ from packaging.version import Version
 from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 
-from bot.cli import build_parser
-from bot.dispatch import AGENTS
-from bot.settings import Settings, SettingsError
+from bot.edges.queue import AGENTS
+from bot.ops.cli import build_parser
+from bot.ops.settings import Settings, SettingsError
 
 ROOT = Path(__file__).parents[1]
 PROCESSES = {"web", "worker", "clock"}

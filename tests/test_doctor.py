@@ -15,10 +15,11 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-import bot.doctor
+import bot.ops.doctor
 from bot.agents import TESTED_VERSIONS
-from bot.devstack import free_port, start_redis_server
-from bot.doctor import (
+from bot.devkit.devstack import free_port, start_redis_server
+from bot.devkit.maintainer import Maintainer
+from bot.ops.doctor import (
     MIN_FREE_BYTES,
     Finding,
     check_agent,
@@ -41,8 +42,7 @@ from bot.doctor import (
     render,
     warn,
 )
-from bot.sandbox.maintainer import Maintainer
-from bot.settings import Settings
+from bot.ops.settings import Settings
 
 # ---------------------------------------------------------------- judgements
 
@@ -473,7 +473,7 @@ def test_a_cli_version_outside_the_range_or_no_answer_warns(
 ) -> None:
     newer = check_agent(agent_settings(tmp_path, fake_cli(tmp_path, "echo '9.0.0 (Claude Code)'")))
     assert newer.status == "warn" and "claude 9.0.0 at" in newer.detail
-    monkeypatch.setattr(bot.doctor, "AGENT_VERSION_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(bot.ops.doctor, "AGENT_VERSION_TIMEOUT_S", 0.5)
     hung = check_agent(agent_settings(tmp_path, fake_cli(tmp_path, "exec sleep 30")))
     assert hung.status == "warn" and "failed or did not answer" in hung.detail
     failing = check_agent(agent_settings(tmp_path, fake_cli(tmp_path, "exit 3")))

@@ -22,12 +22,12 @@ import redis
 from gidgethub import GitHubBroken
 from playwright.async_api import Browser, async_playwright, expect
 
-from bot.devstack import LocalBaton, start_redis_server
-from bot.dispatch import AGENTS, EVENTS
-from bot.model import IssueRef, Run, RunState
-from bot.render import STATUS_MARKER
-from bot.sandbox.maintainer import Maintainer, eventually
-from bot.store import Store
+from bot.devkit.devstack import LocalBaton, start_redis_server
+from bot.devkit.maintainer import Maintainer, eventually
+from bot.domain.model import IssueRef, Run, RunState
+from bot.domain.render import STATUS_MARKER
+from bot.edges.queue import AGENTS, EVENTS
+from bot.edges.store import Store
 from tests.conftest import RedisServer
 
 AGENT = Path(__file__).parent / "agents" / "scripted_agent.py"

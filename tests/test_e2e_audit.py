@@ -17,11 +17,11 @@ import aiohttp
 import pytest
 import redis
 
-from bot.devstack import LocalBaton
-from bot.model import Run, RunState
-from bot.render import AUDIT_HEADING, ESCALATION_MARKER, STATUS_MARKER
-from bot.sandbox.maintainer import Maintainer, eventually
-from bot.store import Store
+from bot.devkit.devstack import LocalBaton
+from bot.devkit.maintainer import Maintainer, eventually
+from bot.domain.model import Run, RunState
+from bot.domain.render import AUDIT_HEADING, ESCALATION_MARKER, STATUS_MARKER
+from bot.edges.store import Store
 from tests.conftest import RedisServer
 from tests.test_e2e import (  # maintainer and store act on this module's own stack
     OPERATOR_TOKEN,

@@ -15,12 +15,12 @@ import pytest
 import redis
 from rq import Queue, Worker
 
-from bot.devstack import LocalBaton
-from bot.dispatch import QUEUES
-from bot.model import RunState
-from bot.render import STATUS_MARKER
-from bot.sandbox.maintainer import Maintainer, eventually
-from bot.store import Store
+from bot.devkit.devstack import LocalBaton
+from bot.devkit.maintainer import Maintainer, eventually
+from bot.domain.model import RunState
+from bot.domain.render import STATUS_MARKER
+from bot.edges.queue import QUEUES
+from bot.edges.store import Store
 from tests.conftest import RedisServer
 from tests.test_e2e import (  # maintainer and store act on this module's own stack
     _labels_are,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.chains import STACK_MARKER
-from bot.devstack import LocalBaton
-from bot.model import IssueRef, Run, RunState
-from bot.sandbox.maintainer import Maintainer, eventually
-from bot.store import Store
+from bot.devkit.devstack import LocalBaton
+from bot.devkit.maintainer import Maintainer, eventually
+from bot.domain.chains import STACK_MARKER
+from bot.domain.model import IssueRef, Run, RunState
+from bot.edges.store import Store
 from tests.test_e2e import (  # the module's own stack, started and stopped with it
     _attempt_state,
     _comment_saying,

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from bot.devstack import LocalBaton
-from bot.model import RunState
-from bot.sandbox.maintainer import Maintainer, eventually
-from bot.store import Store
-from bot.web import QUEUE_LABELS_REFRESH_S
+from bot.devkit.devstack import LocalBaton
+from bot.devkit.maintainer import Maintainer, eventually
+from bot.domain.model import RunState
+from bot.edges.store import Store
+from bot.web.app import QUEUE_LABELS_REFRESH_S
 from tests.conftest import RedisServer
 from tests.test_e2e import (  # maintainer and store act on this module's own stack
     GREETING_FIX,

@@ -23,11 +23,11 @@ import pytest
 import redis
 from aiohttp import web
 
-from bot.devstack import LocalBaton
-from bot.git import MIRROR_CONFIG
-from bot.model import IssueRef, RunState
-from bot.sandbox.maintainer import Maintainer, eventually
-from bot.store import Store
+from bot.devkit.devstack import LocalBaton
+from bot.devkit.maintainer import Maintainer, eventually
+from bot.domain.model import IssueRef, RunState
+from bot.edges.git import MIRROR_CONFIG
+from bot.edges.store import Store
 from tests.conftest import RedisServer
 
 AGENT = Path(__file__).parent / "agents" / "escape_agent.py"

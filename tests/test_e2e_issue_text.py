@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 import redis
 
-from bot.devstack import LocalBaton
-from bot.inert import JOINER
-from bot.model import IssueRef, RunState
-from bot.render import STATUS_MARKER
+from bot.devkit.devstack import LocalBaton
+from bot.devkit.maintainer import Maintainer, eventually
+from bot.domain.inert import JOINER
+from bot.domain.model import IssueRef, RunState
+from bot.domain.render import STATUS_MARKER
+from bot.edges.store import Store
 from bot.sandbox.auth import ADMIN_LOGIN
-from bot.sandbox.maintainer import Maintainer, eventually
 from bot.sandbox.references import closing_references, mentions
-from bot.store import Store
 from tests.conftest import RedisServer
 from tests.test_e2e import (  # maintainer and store act on this module's own stack
     _attempt_state,

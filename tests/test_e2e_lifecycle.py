@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from gidgethub import BadRequest
 
-from bot.devstack import LocalBaton, Process, descendants, worker_running
-from bot.git import salvage_branch
-from bot.model import Budget, IssueRef, Run, RunState
-from bot.runner import INTERRUPTED
-from bot.sandbox.maintainer import Maintainer, eventually
-from bot.store import Store
+from bot.devkit.devstack import LocalBaton, Process, descendants, worker_running
+from bot.devkit.maintainer import Maintainer, eventually
+from bot.domain.model import Budget, IssueRef, Run, RunState
+from bot.edges.git import salvage_branch
+from bot.edges.store import Store
+from bot.workflows.attempt import INTERRUPTED
 from tests.conftest import RedisServer
 from tests.test_e2e import (  # maintainer and store act on this module's own stack
     _attempt_state,

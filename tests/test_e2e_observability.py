@@ -12,11 +12,11 @@ import aiohttp
 import pytest
 import redis
 
-from bot.devstack import LocalBaton
-from bot.metrics import CONTENT_TYPE
-from bot.model import RunState
-from bot.sandbox.maintainer import Maintainer, eventually
-from bot.store import Store
+from bot.devkit.devstack import LocalBaton
+from bot.devkit.maintainer import Maintainer, eventually
+from bot.domain.model import RunState
+from bot.edges.store import Store
+from bot.ops.metrics import CONTENT_TYPE
 from tests.conftest import RedisServer
 from tests.test_e2e import (  # maintainer and store act on this module's own stack
     GREETING_FIX,
@@ -237,7 +237,9 @@ async def test_logs_are_json_lines_in_context_without_a_secret(
     assert any("claimed on" in e["message"] for e in in_attempt)
     assert any(" pushed " in e["message"] for e in in_attempt)
     assert all((e["run_id"], e["attempt"]) == (f"{repo}#{number}/1", 1) for e in in_attempt)
-    settled = [e for e in lines if e.get("job") == "settle_head" and e["logger"] == "bot.settle"]
+    settled = [
+        e for e in lines if e.get("job") == "settle_head" and e["logger"] == "bot.workflows.settle"
+    ]
     assert any(e["repo"] == repo for e in settled)
 
     for name, path in log_files(stack).items():

@@ -22,11 +22,11 @@ import redis
 from rq import Queue
 from rq.registry import StartedJobRegistry
 
-from bot.devstack import LocalBaton
-from bot.dispatch import EVENTS
-from bot.model import IssueRef, RunState
-from bot.sandbox.maintainer import Maintainer, eventually
-from bot.store import Store
+from bot.devkit.devstack import LocalBaton
+from bot.devkit.maintainer import Maintainer, eventually
+from bot.domain.model import IssueRef, RunState
+from bot.edges.queue import EVENTS
+from bot.edges.store import Store
 from tests.conftest import RedisServer
 from tests.test_e2e import (  # maintainer and store act on this module's own stack
     GREETING_FIX,

@@ -22,13 +22,13 @@ import pytest
 import redis
 from rq.job import Job, JobStatus
 
-from bot.devstack import LocalBaton, Process, descendants, worker_running
-from bot.dispatch import AGENTS, EVENTS, Dispatcher, orphan_job
-from bot.github import github_app
-from bot.model import IssueRef, Run, RunState, utcnow
-from bot.sandbox.maintainer import Maintainer, eventually
-from bot.settings import Settings
-from bot.store import Store
+from bot.devkit.devstack import LocalBaton, Process, descendants, worker_running
+from bot.devkit.maintainer import Maintainer, eventually
+from bot.domain.model import IssueRef, Run, RunState, utcnow
+from bot.edges.github import github_app
+from bot.edges.queue import AGENTS, EVENTS, Dispatcher, orphan_job
+from bot.edges.store import Store
+from bot.ops.settings import Settings
 from tests.conftest import RedisServer
 from tests.test_e2e import (  # maintainer and store act on this module's own stack
     AGENT,

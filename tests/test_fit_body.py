@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bot import render
-from bot.budget import Spend
-from bot.model import AgentResult, IssueRef, Limits, Run, RunState, utcnow
+from bot.domain import render
+from bot.domain.budget import Spend
+from bot.domain.model import AgentResult, IssueRef, Limits, Run, RunState, utcnow
 
 ISSUE = IssueRef(installation_id=1, repo="octo/widgets", number=7)
 TRANSCRIPT = Path("/var/lib/baton/runs/octo/widgets/7/1/transcript.log")

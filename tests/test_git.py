@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from bot.dispatch import Dispatcher
-from bot.git import Git, GitError, Identity, Workspace, auth_header, inert_commit
-from bot.jail import jails_for
-from bot.model import IssueRef, Run, RunState, utcnow
-from bot.recovery import Services
-from bot.runner import remove_finished_worktrees
-from bot.settings import Settings
-from bot.store import Store
+from bot.agents.jail import jails_for
+from bot.domain.model import IssueRef, Run, RunState, utcnow
+from bot.edges.git import Git, GitError, Identity, Workspace, auth_header, inert_commit
+from bot.edges.queue import Dispatcher
+from bot.edges.store import Store
+from bot.ops.settings import Settings
+from bot.workflows.attempt import remove_finished_worktrees
+from bot.workflows.conclude import Services
 
 TOKEN = "ghs_SeCrEtInstallationToken"
 

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from gidgethub import BadRequest, GitHubBroken
 
-from bot.github import MAX_ATTEMPTS, GitHubApp
-from bot.sandbox.maintainer import Maintainer
-from bot.store import Store
+from bot.devkit.maintainer import Maintainer
+from bot.edges.github import MAX_ATTEMPTS, GitHubApp
+from bot.edges.store import Store
 
 REPO_PATH = "/repos/{+repo}"
 

@@ -6,11 +6,11 @@ from datetime import timedelta
 
 import pytest
 
-from bot.checks import combined_state, no_ci_due, nothing_reported
-from bot.github import FRESH_TOKEN_S, ConditionalReads, retry_delay, with_page_size
-from bot.gone import disappearance, moved_elsewhere
-from bot.model import IssueRef, utcnow
-from bot.pacing import RateBudget, budget_from_headers, sweep_may_spend
+from bot.domain.checks import combined_state, no_ci_due, nothing_reported
+from bot.domain.gone import disappearance, moved_elsewhere
+from bot.domain.model import IssueRef, utcnow
+from bot.domain.pacing import RateBudget, budget_from_headers, sweep_may_spend
+from bot.edges.github import FRESH_TOKEN_S, ConditionalReads, retry_delay, with_page_size
 
 ISSUE = IssueRef(installation_id=1, repo="octo/widgets", number=7)
 API = "https://api.github.com"

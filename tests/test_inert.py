@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.budget import Spend
-from bot.inert import JOINER, inert
-from bot.model import AgentResult, IssueRef, Limits, Run, RunState
-from bot.render import (
+from bot.domain.budget import Spend
+from bot.domain.inert import JOINER, inert
+from bot.domain.model import AgentResult, IssueRef, Limits, Run, RunState
+from bot.domain.render import (
     REASON_LIMIT,
     CheckSummary,
     escalation_comment,

@@ -21,8 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from bot.dispatch import JOB_SPECS, Dispatcher
-from bot.ingress import (
+from bot.domain.ingress import (
     FailedTokens,
     UnverifiedReads,
     client_address,
@@ -32,9 +31,10 @@ from bot.ingress import (
     session_valid,
     signature_matches,
 )
-from bot.settings import Settings
-from bot.store import INTAKE_STREAM, Store
-from bot.web import create_app
+from bot.edges.queue import JOB_SPECS, Dispatcher
+from bot.edges.store import INTAKE_STREAM, Store
+from bot.ops.settings import Settings
+from bot.web.app import create_app
 from handlers import router
 from handlers.payloads import PAYLOADS
 from tests.support import payload
@@ -446,7 +446,7 @@ async def test_a_signed_payload_baton_cannot_use_is_refused_in_one_log_line(
     assert (response.status, answer["outcome"]) == (400, "refused")
     assert field in answer["reason"]
     assert recorded_jobs(store, headers["X-GitHub-Delivery"]) == []
-    [line] = [r.getMessage() for r in caplog.records if r.name == "bot.web"]
+    [line] = [r.getMessage() for r in caplog.records if r.name == "bot.web.app"]
     named = f"{event}.{action}" if action and field != "action" else event
     assert line.startswith(f"refused {named}: ") and field in line
     assert not [r for r in caplog.records if r.exc_info], "no traceback"

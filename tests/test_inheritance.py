@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.github import GitHubApp
-from bot.model import IssueRef, Run, RunState, utcnow
-from bot.runner import inherit_open_pr
-from bot.sandbox.maintainer import Maintainer
+from bot.devkit.maintainer import Maintainer
+from bot.domain.model import IssueRef, Run, RunState, utcnow
+from bot.edges.github import GitHubApp
+from bot.workflows.attempt import inherit_open_pr
 
 BRANCH = "baton/issue-1-fix"
 

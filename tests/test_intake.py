@@ -10,12 +10,12 @@ import pytest
 import redis
 from rq import Queue
 
-from bot import intake
-from bot.dispatch import AGENTS, JOB_SPECS, Dispatcher, run_issue_job
-from bot.intake import Intake, forward, forward_once
-from bot.model import IssueRef
-from bot.settings import Settings
-from bot.store import IntakeLog, Store
+from bot.domain.model import IssueRef
+from bot.edges import intake
+from bot.edges.intake import Intake, forward, forward_once
+from bot.edges.queue import AGENTS, JOB_SPECS, Dispatcher, run_issue_job
+from bot.edges.store import IntakeLog, Store
+from bot.ops.settings import Settings
 
 ISSUE = IssueRef(installation_id=1, repo="octo/widgets", number=5)
 

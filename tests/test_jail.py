@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from bot.agents import programs_of
-from bot.git import bundle_pack_offset
-from bot.jail import (
+from bot.agents.jail import (
     AGENT_UID,
     EGRESS_DIR_INSIDE,
     Jail,
@@ -24,7 +23,8 @@ from bot.jail import (
     passwd_lines,
     without_secrets,
 )
-from bot.settings import Settings
+from bot.edges.git import bundle_pack_offset
+from bot.ops.settings import Settings
 
 HOME = Path("/home/worker")
 

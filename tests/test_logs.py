@@ -18,8 +18,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from bot.git import auth_header
-from bot.logs import (
+from bot.edges.git import auth_header
+from bot.ops.logs import (
     MASK,
     JsonFormatter,
     TextFormatter,
@@ -28,13 +28,15 @@ from bot.logs import (
     mask_secrets,
     redact,
 )
-from bot.settings import load_settings
+from bot.ops.settings import load_settings
 
 ROOT = Path(__file__).parents[1]
 
 
 def record(message: str, *args: object, exc_info: Any = None) -> logging.LogRecord:
-    return logging.LogRecord("bot.runner", logging.WARNING, __file__, 1, message, args, exc_info)
+    return logging.LogRecord(
+        "bot.workflows.attempt", logging.WARNING, __file__, 1, message, args, exc_info
+    )
 
 
 def as_json(line: str) -> dict[str, Any]:
@@ -59,7 +61,7 @@ def pem_key() -> str:
 def test_a_line_is_one_json_object_with_time_level_logger_and_message() -> None:
     entry = as_json(JsonFormatter().format(record("attempt %d of %s", 2, "octo/repo#7")))
     assert entry.keys() == {"time", "level", "logger", "message"}  # no context: no fields
-    assert entry["level"] == "WARNING" and entry["logger"] == "bot.runner"
+    assert entry["level"] == "WARNING" and entry["logger"] == "bot.workflows.attempt"
     assert entry["message"] == "attempt 2 of octo/repo#7"
     assert entry["time"].endswith("Z") and entry["time"][:2] == "20"
 
@@ -112,7 +114,7 @@ def test_text_lines_keep_the_context_at_the_end_and_mask_too() -> None:
     token = "ghp_" + secrets.token_hex(18)
     with log_context(repo="octo/repo", issue=7):
         line = TextFormatter().format(record("using %s", token))
-    assert line.endswith("bot.runner: using *** [repo=octo/repo issue=7]")
+    assert line.endswith("bot.workflows.attempt: using *** [repo=octo/repo issue=7]")
 
 
 # Redaction ------------------------------------------------------------------
@@ -188,13 +190,13 @@ def test_log_formats_are_named_exactly() -> None:
 PROCESS = """
 import logging
 from rq.logutils import setup_loghandlers
-from bot.cli import configure_logging
-from bot.logs import log_context
+from bot.ops.cli import configure_logging
+from bot.ops.logs import log_context
 configure_logging()
 setup_loghandlers("INFO", name="rq.worker")  # what an RQ worker does as it starts
 logging.getLogger("rq.worker").info("baton-agents: jobs.run.run_issue(1)")
 with log_context(job="run_issue", repo="octo/repo", issue=3):
-    logging.getLogger("bot.runner").warning("pushing with %s", "ghs_" + "0" * 36)
+    logging.getLogger("bot.workflows.attempt").warning("pushing with %s", "ghs_" + "0" * 36)
 """
 
 
@@ -214,12 +216,12 @@ def test_a_process_logs_json_by_default_rq_s_lines_too() -> None:
     entries = [as_json(line) for line in result.stderr.splitlines()]
     assert [(e["logger"], e["message"]) for e in entries] == [
         ("rq.worker", "baton-agents: jobs.run.run_issue(1)"),
-        ("bot.runner", "pushing with ***"),
+        ("bot.workflows.attempt", "pushing with ***"),
     ]
     assert entries[1] | {"time": "t"} == {
         "time": "t",
         "level": "WARNING",
-        "logger": "bot.runner",
+        "logger": "bot.workflows.attempt",
         "message": "pushing with ***",
         "job": "run_issue",
         "repo": "octo/repo",
@@ -231,7 +233,7 @@ def test_a_process_logs_text_when_asked_and_refuses_an_unknown_format() -> None:
     text = run_process("text")
     assert text.returncode == 0, text.stderr
     assert text.stderr.splitlines()[-1].endswith(
-        "WARNING bot.runner: pushing with *** [repo=octo/repo issue=3 job=run_issue]"
+        "WARNING bot.workflows.attempt: pushing with *** [repo=octo/repo issue=3 job=run_issue]"
     )
     unknown = run_process("xml")
     assert unknown.returncode == 2

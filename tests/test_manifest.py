@@ -16,8 +16,9 @@ from dotenv import dotenv_values
 from gidgethub.aiohttp import GitHubAPI
 from gidgethub.apps import get_jwt
 
-from bot.devstack import free_port
-from bot.manifest import (
+from bot.devkit.devstack import free_port
+from bot.devkit.maintainer import eventually
+from bot.domain.manifest import (
     AppCredentials,
     ManifestError,
     api_url_for,
@@ -31,10 +32,9 @@ from bot.manifest import (
     replaced_keys,
     updated_env,
 )
+from bot.ops.settings import Settings
 from bot.sandbox.hub import HUB, Hub
-from bot.sandbox.maintainer import eventually
 from bot.sandbox.server import running
-from bot.settings import Settings
 
 PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\nAAEC+/=\n-----END RSA PRIVATE KEY-----\n"
 CREDENTIALS = AppCredentials(

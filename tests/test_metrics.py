@@ -13,11 +13,13 @@ from gidgethub import HTTPException
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
-from bot.devstack import free_port
-from bot.dispatch import Dispatcher
-from bot.github import github_app
-from bot.logs import current_context
-from bot.metrics import (
+from bot.devkit.devstack import free_port
+from bot.domain.model import AgentResult, IssueRef, Run, RunState
+from bot.edges.github import github_app
+from bot.edges.queue import Dispatcher
+from bot.edges.store import Store
+from bot.ops.logs import current_context
+from bot.ops.metrics import (
     AGENT_COST,
     AGENT_TURNS,
     CONTENT_TYPE,
@@ -46,10 +48,8 @@ from bot.metrics import (
     run_settled,
     stored_families,
 )
-from bot.model import AgentResult, IssueRef, Run, RunState
-from bot.settings import Settings
-from bot.store import Store
-from bot.web import create_app
+from bot.ops.settings import Settings
+from bot.web.app import create_app
 from jobs import job, services
 from tests.conftest import OPERATOR_TOKEN
 from tests.test_web import labeled, post

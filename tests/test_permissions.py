@@ -26,11 +26,11 @@ from gidgethub.apps import get_jwt
 from uritemplate import URITemplate
 from uritemplate.variable import VariableValueDict
 
-from bot.git import GitError
-from bot.manifest import AppManifest, load_manifest
+from bot.devkit.maintainer import Maintainer
+from bot.domain.manifest import AppManifest, load_manifest
+from bot.edges.git import GitError
 from bot.sandbox import git_http
 from bot.sandbox.hub import HUB
-from bot.sandbox.maintainer import Maintainer
 from bot.sandbox.middleware import ADMIN_PREFIX, PAGE_ROUTE
 from bot.sandbox.permissions import Requirement, read, requirement_of, write
 from bot.sandbox.server import create_app, running
@@ -42,7 +42,8 @@ BATON_SOURCES = [
     path
     for folder in ("bot", "handlers", "jobs")
     for path in sorted((ROOT / folder).rglob("*.py"))
-    if "sandbox" not in path.relative_to(ROOT).parts
+    # The sandbox and the local stack's maintainer are GitHub and its users, not the App.
+    if not {"sandbox", "devkit"} & set(path.relative_to(ROOT).parts)
 ]
 GIDGETHUB_VERBS = {"getitem", "getiter", "getstatus", "post", "patch", "put", "delete"}
 GITHUB_CLIENTS = {"gh", "client"}
@@ -129,7 +130,7 @@ async def route_requirement(app: web.Application, method: str, path: str) -> Req
 
 def baton_runs_git(subcommand: str) -> bool:
     """Tell whether Baton's git wrapper runs a git subcommand against GitHub."""
-    tree = ast.parse((ROOT / "bot" / "git.py").read_text())
+    tree = ast.parse((ROOT / "bot" / "edges" / "git.py").read_text())
     return any(
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)

@@ -7,13 +7,13 @@ from datetime import timedelta
 
 import pytest
 
-from bot import render
-from bot.budget import Spend
-from bot.checks import Verdict, checks_verdict, failing_checks, required_checks_verdict
-from bot.git import auth_header, branch_name
-from bot.github import MAX_ATTEMPTS, retry_delay
-from bot.lifecycle import settle_checks
-from bot.model import IssueRef, Limits, Run, RunState, utcnow
+from bot.domain import render
+from bot.domain.budget import Spend
+from bot.domain.checks import Verdict, checks_verdict, failing_checks, required_checks_verdict
+from bot.domain.lifecycle import settle_checks
+from bot.domain.model import IssueRef, Limits, Run, RunState, utcnow
+from bot.edges.git import auth_header, branch_name
+from bot.edges.github import MAX_ATTEMPTS, retry_delay
 
 ISSUE = IssueRef(installation_id=1, repo="octo/widgets", number=7)
 SAFE_REF = re.compile(r"^baton/issue-\d+(-[a-z0-9]+)*$")

@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from rq import Queue
 
-from bot.dispatch import AGENTS, Dispatcher
-from bot.model import IssueRef, Run, RunState
-from bot.resume import Halt, plan_resumes
-from bot.settings import Settings
-from bot.store import Store
+from bot.domain.model import IssueRef, Run, RunState
+from bot.domain.resume import Halt, plan_resumes
+from bot.edges.queue import AGENTS, Dispatcher
+from bot.edges.store import Store
+from bot.ops.settings import Settings
 
 RESUME_AT = datetime(2026, 12, 1, 7, 2, tzinfo=UTC)
 ISSUE = IssueRef(installation_id=1, repo="octo/widgets", number=4)

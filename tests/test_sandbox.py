@@ -34,7 +34,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 from yarl import URL
 
-from bot.manifest import load_manifest
+from bot.domain.manifest import load_manifest
 from bot.sandbox import server
 from bot.sandbox.git_backend import git_env
 from bot.sandbox.hub import HUB, Hub

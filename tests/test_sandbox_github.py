@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from bot.sandbox.maintainer import Maintainer
+from bot.devkit.maintainer import Maintainer
 from tests.test_sandbox import (
     CI_PASS,
     REPO,

@@ -7,7 +7,7 @@ from typing import Any
 
 import aiohttp
 
-from bot.sandbox.maintainer import Maintainer, eventually
+from bot.devkit.maintainer import Maintainer, eventually
 
 PROJECT = {"README.md": "# demo\n", ".sandbox/ci": "#!/bin/sh\ngrep -q hello hello.txt\n"}
 

@@ -9,10 +9,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from bot.dispatch import EVENTS, Dispatcher
-from bot.model import IssueRef
-from bot.settings import Settings
-from bot.snapshot import (
+from bot.domain.issue_text import (
     BODY_CAP,
     Edit,
     IssueText,
@@ -26,8 +23,11 @@ from bot.snapshot import (
     queue,
     snapshot,
 )
-from bot.store import Store
-from bot.web import create_app
+from bot.domain.model import IssueRef
+from bot.edges.queue import EVENTS, Dispatcher
+from bot.edges.store import Store
+from bot.ops.settings import Settings
+from bot.web.app import create_app
 from tests.support import payload
 from tests.test_web import post, queued
 

@@ -6,13 +6,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from bot.dispatch import Dispatcher, review_job
-from bot.github import GitHubApp
-from bot.model import IssueRef
-from bot.sandbox.maintainer import Maintainer
-from bot.settings import Settings
-from bot.standing import labeller, repository_settings, role_of, standing_of
-from bot.store import Store
+from bot.devkit.maintainer import Maintainer
+from bot.domain.model import IssueRef
+from bot.edges.github import GitHubApp
+from bot.edges.queue import Dispatcher, review_job
+from bot.edges.store import Store
+from bot.ops.settings import Settings
+from bot.workflows.standing import labeller, repository_settings, role_of, standing_of
 
 REPO = "maintainer/widgets"
 ISSUE = IssueRef(installation_id=1, repo=REPO, number=1)

@@ -13,10 +13,14 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 from pydantic import SecretStr
 
-from bot.chains import LinkStatus
-from bot.dispatch import Dispatcher
-from bot.model import Chain, IssueRef, Run, RunState
-from bot.overview import (
+from bot.domain.chains import LinkStatus
+from bot.domain.model import Chain, IssueRef, Run, RunState
+from bot.domain.pacing import RateBudget
+from bot.edges.queue import Dispatcher
+from bot.edges.store import Store
+from bot.ops.settings import Settings, SettingsError
+from bot.web.app import OPERATOR_COOKIE, create_app
+from bot.web.overview import (
     SANDBOX_OFF_WARNING,
     ChainSummary,
     HeldIssue,
@@ -29,11 +33,7 @@ from bot.overview import (
     deployment_warnings,
     gather_overview,
 )
-from bot.pacing import RateBudget
-from bot.settings import Settings, SettingsError
-from bot.status_page import render_status_page, render_status_text
-from bot.store import Store
-from bot.web import OPERATOR_COOKIE, create_app
+from bot.web.status_page import render_status_page, render_status_text
 from tests.conftest import OPERATOR_TOKEN
 
 NOW = datetime(2026, 12, 1, 7, 0, tzinfo=UTC)

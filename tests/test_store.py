@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from bot.model import Chain, IssueRef, Labels, Run, RunState, utcnow
-from bot.store import LapsedClaim, LockLost, Store
+from bot.domain.model import Chain, IssueRef, Labels, Run, RunState, utcnow
+from bot.edges.store import LapsedClaim, LockLost, Store
 
 ISSUE = IssueRef(installation_id=1, repo="octo/widgets", number=12)
 

@@ -16,14 +16,14 @@ import pytest
 from aiohttp.test_utils import TestClient
 from rq import Queue
 
-from bot import web as web_module
-from bot.devstack import free_port
-from bot.dispatch import AGENTS, EVENTS, Dispatcher
-from bot.ingress import UnverifiedReads
-from bot.intake import forward_once
-from bot.settings import Settings, SettingsError
-from bot.store import Store
-from bot.web import CONTEXT, MAX_PAYLOAD_BYTES, create_app
+from bot.devkit.devstack import free_port
+from bot.domain.ingress import UnverifiedReads
+from bot.edges.intake import forward_once
+from bot.edges.queue import AGENTS, EVENTS, Dispatcher
+from bot.edges.store import Store
+from bot.ops.settings import Settings, SettingsError
+from bot.web import app as web_module
+from bot.web.app import CONTEXT, MAX_PAYLOAD_BYTES, create_app
 from handlers.pushes import touches_config
 from tests.support import payload
 
@@ -280,7 +280,7 @@ async def test_health_shows_no_redis_error_to_the_public(
     client = await aiohttp_client(
         create_app(down, Store.from_url(nowhere), Dispatcher.from_url(nowhere, down))
     )
-    with caplog.at_level(logging.ERROR, logger="bot.web"):
+    with caplog.at_level(logging.ERROR, logger="bot.web.app"):
         response = await client.get("/healthz")
     assert response.status == 503
     assert await response.json() == {"status": "degraded", "redis": "unavailable"}

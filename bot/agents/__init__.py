@@ -24,8 +24,8 @@ from bot.agents.egress import (
     provider_hosts,
     serve_egress,
 )
-from bot.jail import EGRESS_SOCKET_NAME
-from bot.settings import Settings
+from bot.agents.jail import EGRESS_SOCKET_NAME
+from bot.ops.settings import Settings
 
 __all__ = [
     "TESTED_VERSIONS",

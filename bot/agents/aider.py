@@ -37,7 +37,7 @@ from bot.agents.stream import (
     safe_session_id,
     transcript_text,
 )
-from bot.model import AgentResult, bounded_denials
+from bot.domain.model import AgentResult, bounded_denials
 
 SUMMARY_LINES = 10
 

@@ -8,8 +8,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-from bot.jail import Jail
-from bot.model import AgentResult
+from bot.agents.jail import Jail
+from bot.domain.model import AgentResult
 
 # Never handed to an agent, whatever an operator lists for pass-through: the
 # agent must not be able to act as the App or forge webhooks.

@@ -27,7 +27,7 @@ from bot.agents.stream import (
     text_of,
     window_reading,
 )
-from bot.model import AgentResult, bounded_denials
+from bot.domain.model import AgentResult, bounded_denials
 
 SYNTHETIC_MODEL = "<synthetic>"  # the model name on replies the CLI makes up for API errors
 # --max-turns has been seen to fail open; past this many extra turns Baton stops the run itself.

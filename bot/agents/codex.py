@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from bot.agents.base import AgentRequest, agent_environment
 from bot.agents.egress import HostPort
+from bot.agents.jail import JAIL_TMP
 from bot.agents.output import Unreadable, find_file, read_capped
 from bot.agents.resets import codex_reset
 from bot.agents.stream import (
@@ -36,8 +37,7 @@ from bot.agents.stream import (
     text_of,
     window_reading,
 )
-from bot.jail import JAIL_TMP
-from bot.model import AgentResult, bounded_denials
+from bot.domain.model import AgentResult, bounded_denials
 
 TOOL_ITEMS = frozenset({"command_execution", "file_change", "mcp_tool_call", "web_search"})
 

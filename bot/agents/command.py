@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from bot.agents.base import AgentConfigError, AgentRequest, agent_environment
 from bot.agents.output import Unreadable, read_capped
 from bot.agents.process import ProcessOutcome, run_process
-from bot.model import AgentResult
+from bot.domain.model import AgentResult
 
 RESULT_LIMIT = 1024 * 1024  # the agent's result file: a JSON object, never more than this
 

@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from bot.model import utcnow
+from bot.domain.model import utcnow
 
 KILL_GRACE_S = 10.0
 EVIDENCE_LINES = 20

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bot.agents.base import AgentRequest, agent_environment
 from bot.agents.process import run_process
-from bot.model import AgentResult
+from bot.domain.model import AgentResult
 
 
 async def run_setup(

@@ -14,7 +14,7 @@ from bot.agents.base import AgentRequest
 from bot.agents.output import Unreadable, read_capped
 from bot.agents.process import STDOUT_CAP, ProcessOutcome, run_process
 from bot.agents.resets import zone_named
-from bot.model import AgentResult
+from bot.domain.model import AgentResult
 
 StopReason = Literal[
     "completed",

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from bot.manifest import AppManifest
+from bot.domain.manifest import AppManifest
 from bot.sandbox.auth import (
     ADMIN_LOGIN,
     APP_ID,

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from bot.manifest import AppManifest, load_manifest
+from bot.domain.manifest import AppManifest, load_manifest
 from bot.sandbox import api, checks, git_http, pages
 from bot.sandbox.hub import DEFAULT_CI_TIMEOUT, HUB, Hub
 from bot.sandbox.middleware import sandbox_middleware

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from pydantic import ValidationError
 from yarl import URL
 
-from bot.manifest import AppManifest
+from bot.domain.manifest import AppManifest
 from bot.sandbox.auth import ADMIN_LOGIN, APP_SLUG, CI_APP_ID, CI_APP_SLUG
 from bot.sandbox.hub import Hub, hub_of
 from bot.sandbox.permissions import requires_no_permission

@@ -1,0 +1,1 @@
+"""The local stack, the demo and its scripted agent and maintainer."""

@@ -1,0 +1,153 @@
+"""Decide what a head's check results mean, from GitHub's own check suites and statuses."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from bot.domain.render import CheckSummary
+
+_PASSING = frozenset({"success", "neutral", "skipped"})
+
+
+class Verdict(enum.StrEnum):
+    """What the checks on one head say so far."""
+
+    PENDING = "pending"
+    GREEN = "green"
+    RED = "red"
+
+
+def checks_verdict(
+    suites: Iterable[Mapping[str, Any]], combined_status: Mapping[str, Any] | None
+) -> Verdict:
+    """Return the verdict for a head from its check suites and combined commit status.
+
+    Any completed suite that did not pass makes it red at once; it is green only
+    when every suite has completed and passed and no commit status is pending or
+    failing. A suite GitHub created but no app ever started (status queued, no
+    runs) does not hold the head pending forever.
+    """
+    states = [state for suite in suites if (state := _suite_state(suite)) is not None]
+    status_state = (combined_status or {}).get("state")
+    status_count = int((combined_status or {}).get("total_count", 0))
+    if Verdict.RED in states or (status_count and status_state in ("failure", "error")):
+        return Verdict.RED
+    if Verdict.PENDING in states or (status_count and status_state == "pending"):
+        return Verdict.PENDING
+    if not states and not status_count:
+        return Verdict.PENDING
+    return Verdict.GREEN
+
+
+def combined_state(statuses: Iterable[Mapping[str, Any]]) -> str:
+    """Return GitHub's combined state of a head's latest statuses, one per context.
+
+    failure if any is an error or failure, pending if there are none or any is
+    pending, success otherwise: the combined status endpoint's own rule, applied to
+    every page of its statuses rather than the first page's figure alone.
+    """
+    states = {str(status.get("state")) for status in statuses}
+    if states & {"error", "failure"}:
+        return "failure"
+    if not states or "pending" in states:
+        return "pending"
+    return "success"
+
+
+def nothing_reported(
+    suites: Collection[Mapping[str, Any]], combined_status: Mapping[str, Any]
+) -> bool:
+    """Tell whether no CI has said anything about a head: no check suite, no commit status."""
+    return not suites and not int(combined_status.get("total_count", 0))
+
+
+def no_ci_due(pushed_at: datetime, now: datetime, wait_s: float) -> datetime | None:
+    """Return when a head with no CI reported counts as green; None once it does.
+
+    GitHub reports nothing at all for a head no workflow or app runs on (no suite,
+    a pending combined status with no statuses), so silence is only an answer after
+    a wait long enough for any CI to have registered itself.
+    """
+    due = pushed_at + timedelta(seconds=wait_s)
+    return due if now < due else None
+
+
+def required_checks_verdict(
+    check_runs: Iterable[Mapping[str, Any]],
+    combined_status: Mapping[str, Any] | None,
+    required: Collection[str],
+) -> Verdict:
+    """Return the verdict for a head from its required checks alone.
+
+    Each required name is a check run's name or a commit status's context; the
+    latest run of a name counts. Red as soon as one required check fails, green
+    once every one has passed; a required check not reported yet keeps it pending.
+    """
+    latest: dict[str, Mapping[str, Any]] = {}
+    for run in check_runs:
+        name = str(run.get("name"))
+        if name in required and int(run.get("id", 0)) >= int(latest.get(name, {}).get("id", 0)):
+            latest[name] = run
+    states = {name: _run_state(run) for name, run in latest.items()}
+    for status in (combined_status or {}).get("statuses", []):
+        context = str(status.get("context"))
+        if context in required and context not in states:
+            states[context] = _STATUS_STATES.get(str(status.get("state")), Verdict.PENDING)
+    if Verdict.RED in states.values():
+        return Verdict.RED
+    if set(required) <= set(states) and all(v is Verdict.GREEN for v in states.values()):
+        return Verdict.GREEN
+    return Verdict.PENDING
+
+
+_STATUS_STATES = {"success": Verdict.GREEN, "failure": Verdict.RED, "error": Verdict.RED}
+
+
+def _run_state(run: Mapping[str, Any]) -> Verdict:
+    if run.get("status") != "completed":
+        return Verdict.PENDING
+    return Verdict.GREEN if run.get("conclusion") in _PASSING else Verdict.RED
+
+
+def _suite_state(suite: Mapping[str, Any]) -> Verdict | None:
+    if suite.get("status") != "completed":
+        if suite.get("status") == "queued" and not suite.get("latest_check_runs_count"):
+            return None
+        return Verdict.PENDING
+    return Verdict.GREEN if suite.get("conclusion") in _PASSING else Verdict.RED
+
+
+def failing_checks(
+    check_runs: Iterable[Mapping[str, Any]],
+    combined_status: Mapping[str, Any] | None,
+    required: Collection[str] = (),
+) -> list[CheckSummary]:
+    """Return what failed on a head: its failing check runs and commit statuses.
+
+    With required checks named, only those count: an optional check's failure is
+    not the agent's to fix.
+    """
+    failing = [
+        CheckSummary(
+            name=str(run.get("name", "check")),
+            conclusion=str(run.get("conclusion")),
+            title=str((run.get("output") or {}).get("title") or ""),
+            summary=str((run.get("output") or {}).get("summary") or ""),
+            text=str((run.get("output") or {}).get("text") or ""),
+        )
+        for run in check_runs
+        if run.get("status") == "completed" and run.get("conclusion") not in _PASSING
+    ]
+    failing += [
+        CheckSummary(
+            name=str(status.get("context", "status")),
+            conclusion=str(status.get("state")),
+            title=str(status.get("description") or ""),
+        )
+        for status in (combined_status or {}).get("statuses", [])
+        if status.get("state") in ("failure", "error")
+    ]
+    return [check for check in failing if not required or check.name in required]

@@ -1,0 +1,358 @@
+"""GitHub access: App JWTs, installation tokens, a client that retries what is worth it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import re
+import time
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Callable,
+    Iterator,
+    Mapping,
+    MutableMapping,
+)
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import aiohttp
+import redis
+from gidgethub import HTTPException, apps, sansio
+from gidgethub.aiohttp import GitHubAPI
+
+from bot.domain.model import utcnow
+from bot.domain.pacing import RateBudget, budget_from_headers
+from bot.edges.store import CachedToken, Store
+from bot.ops.metrics import GITHUB_API_CALLS, GITHUB_RATE_LIMIT_REMAINING, Tally
+from bot.ops.settings import Settings
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = "baton-github-app"
+TOKEN_SAFETY_MARGIN_S = 5 * 60  # stop using a token this long before GitHub expires it
+MAX_ATTEMPTS = 5
+MAX_WAIT_S = 120.0
+PER_PAGE = 100  # GitHub's largest page: a list is read in the fewest calls
+# A token minted this recently may not have reached every GitHub server yet: its 401
+# or 403 is retried for as long (octokit does the same for about 5 s).
+FRESH_TOKEN_S = 5.0
+FRESH_TOKEN_STEP_S = 0.5
+# The reads Baton repeats (each sweep pass, each run): kept with their ETags so that
+# reading them again is conditional, and an unchanged answer (304) costs no rate limit.
+CONDITIONAL_READS = re.compile(
+    r"/(app/installations|installation/repositories"
+    r"|repos/[^/]+/[^/]+(/issues(/\d+)?|/contents/.+|/pulls/\d+(/reviews)?)?)$"
+)
+
+ConditionalEntry = tuple[str | None, str | None, Any, str | None]
+
+
+def retry_delay(
+    status: int,
+    headers: Mapping[str, str],
+    message: str,
+    attempt: int,
+    base_s: float = 0.5,
+    token_age_s: float | None = None,
+) -> float | None:
+    """Return how long to wait before retrying a failed request, or None not to retry.
+
+    Server errors back off exponentially with jitter; secondary rate limits
+    (403 or 429) wait as long as GitHub's Retry-After says. A token minted less
+    than FRESH_TOKEN_S ago (token_age_s) that is refused is retried until it is
+    that old. A primary rate limit or any other client error is not retried:
+    waiting an hour belongs to a scheduler, not to a request.
+    """
+    if attempt >= MAX_ATTEMPTS:
+        return None
+    retry_after = headers.get("retry-after") or headers.get("Retry-After")
+    if status in (403, 429) and retry_after is not None:
+        try:
+            return min(max(float(retry_after), 0.0), MAX_WAIT_S)
+        except ValueError:
+            return None
+    if status in (403, 429) and "secondary rate limit" in message.lower():
+        # GitHub asks for at least a minute when it gives no Retry-After.
+        return min(60.0 * attempt, MAX_WAIT_S)
+    if status >= 500:
+        backoff = base_s * 2 ** (attempt - 1)
+        return float(min(backoff + random.uniform(0, backoff / 2), MAX_WAIT_S))  # noqa: S311
+    if (
+        status in (401, 403)
+        and token_age_s is not None
+        and token_age_s < FRESH_TOKEN_S
+        and headers.get("x-ratelimit-remaining") != "0"
+    ):
+        return min(FRESH_TOKEN_STEP_S * attempt, FRESH_TOKEN_S - token_age_s)
+    return None
+
+
+def with_page_size(url: str) -> str:
+    """Return url asking for GitHub's largest page, unless it names a page size itself."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if any(name == "per_page" for name, _ in query):
+        return url
+    return urlunsplit(parts._replace(query=urlencode([*query, ("per_page", str(PER_PAGE))])))
+
+
+class ConditionalReads(MutableMapping[str, ConditionalEntry]):
+    """gidgethub's response cache, kept in Redis for the reads Baton repeats.
+
+    gidgethub sends a cached entry's ETag as `If-None-Match` and answers a 304
+    from the entry. Only CONDITIONAL_READS are kept; the entries of one scope (an
+    installation) are not enumerable, as gidgethub never asks to.
+    """
+
+    def __init__(self, store: Store, scope: str) -> None:
+        self._store = store
+        self._scope = scope
+
+    @staticmethod
+    def kept(url: str) -> bool:
+        """Tell whether a GET of url is one Baton repeats."""
+        return CONDITIONAL_READS.search(urlsplit(url).path) is not None
+
+    def __getitem__(self, url: str) -> ConditionalEntry:
+        raw = None
+        if self.kept(url):
+            with _best_effort("an ETag read"):
+                raw = self._store.conditional_read(self._scope, url)
+        if raw is None:
+            raise KeyError(url)
+        etag, last_modified, data, more = json.loads(raw)
+        return etag, last_modified, data, more
+
+    def __setitem__(self, url: str, entry: ConditionalEntry) -> None:
+        if self.kept(url):
+            with _best_effort("an ETag kept"):
+                self._store.remember_conditional_read(self._scope, url, json.dumps(entry))
+
+    def __delitem__(self, url: str) -> None:
+        with _best_effort("an ETag dropped"):
+            self._store.forget_conditional_read(self._scope, url)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+@contextmanager
+def _best_effort(what: str) -> Iterator[None]:
+    """Let a request go on without Redis: an ETag or a budget reading is only a saving."""
+    try:
+        yield
+    except redis.RedisError as exc:
+        log.debug("%s skipped: Redis unreachable (%s)", what, exc)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Whom a client acts as: an installation (its id and token's mint time) or the App."""
+
+    installation_id: int | None = None
+    minted_at: float | None = None
+    on_budget: Callable[[RateBudget], None] | None = None
+
+    @property
+    def series(self) -> str:
+        """Return the metric series the caller's rate limit is shown under."""
+        return str(self.installation_id) if self.installation_id is not None else "app"
+
+
+class GitHubClient(GitHubAPI):
+    """gidgethub's aiohttp client: retries what is worth it, reads lists whole, tallies calls."""
+
+    retry_base_s = 0.5
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        requester: str,
+        *,
+        tally: Tally,
+        caller: Caller | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(session, requester, **options)
+        self._tally = tally
+        self._caller = caller or Caller()
+
+    def getiter(
+        self,
+        url: str,
+        url_vars: Mapping[str, Any] | None = {},
+        *,
+        accept: str = sansio.accept_format(),
+        jwt: str | None = None,
+        oauth_token: str | None = None,
+        extra_headers: dict[str, str] | None = None,
+        iterable_key: str | None = "items",
+    ) -> AsyncGenerator[Any, None]:
+        """Iterate over every item of a list, read in pages of PER_PAGE."""
+        filled = with_page_size(sansio.format_url(url, url_vars, base_url=self.base_url))
+        return super().getiter(
+            filled,
+            {},
+            accept=accept,
+            jwt=jwt,
+            oauth_token=oauth_token,
+            extra_headers=extra_headers,
+            iterable_key=iterable_key,
+        )
+
+    async def _request(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes = b""
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """Make one HTTP request, counting it by method and status class (in memory)."""
+        try:
+            status, response_headers, data = await super()._request(method, url, headers, body)
+        except (aiohttp.ClientError, TimeoutError):
+            self._tally.count(GITHUB_API_CALLS, method, "error")
+            raise
+        self._tally.count(GITHUB_API_CALLS, method, f"{status // 100}xx")
+        budget = budget_from_headers(response_headers, time.time())
+        if budget is not None and status != 304:  # a 304 reports no fresher budget
+            self._tally.set(GITHUB_RATE_LIMIT_REMAINING, budget.remaining, self._caller.series)
+            if self._caller.on_budget is not None:
+                with _best_effort("a rate-limit reading"):
+                    self._caller.on_budget(budget)
+        return status, response_headers, data
+
+    async def handle_rate_limit_error(
+        self, *, method: str, url: str, exception: HTTPException, attempt: int
+    ) -> bool:
+        minted_at = self._caller.minted_at
+        delay = retry_delay(
+            int(exception.status_code),
+            exception.headers,
+            str(exception),
+            attempt,
+            self.retry_base_s,
+            token_age_s=time.time() - minted_at if minted_at is not None else None,
+        )
+        if delay is None:
+            return False
+        log.warning(
+            "GitHub answered %s to %s %s; retry %d in %.1fs",
+            int(exception.status_code),
+            method,
+            url,
+            attempt,
+            delay,
+        )
+        await self.sleep(delay)
+        return True
+
+
+class GitHubApp:
+    """One GitHub App: its JWT, its installations' tokens and clients."""
+
+    def __init__(
+        self, settings: Settings, store: Store, session: aiohttp.ClientSession, tally: Tally
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._session = session
+        self._tally = tally
+
+    @property
+    def identity(self) -> str:
+        """Return which App on which GitHub this is, e.g. `1234@https://api.github.com`."""
+        self._settings.app_id  # noqa: B018 - raises naming the variable when it is unset
+        identity = self._settings.app_identity
+        assert identity is not None
+        return identity
+
+    def _client(self, caller: Caller, scope: str, **auth: Any) -> GitHubClient:
+        return GitHubClient(
+            self._session,
+            USER_AGENT,
+            tally=self._tally,
+            caller=caller,
+            cache=ConditionalReads(self._store, f"{self.identity}:{scope}"),
+            base_url=self._settings.github_api_url.rstrip("/"),
+            **auth,
+        )
+
+    def app_client(self) -> GitHubClient:
+        """Return a client authenticated as the App itself (JWT)."""
+        return self._client(
+            Caller(), "app", app_id=self._settings.app_id, private_key=self._settings.private_key
+        )
+
+    async def installation_token(self, installation_id: int) -> str:
+        """Return a valid installation token, minting one when the cached one nears expiry."""
+        return (await self._token(installation_id)).token
+
+    async def _token(self, installation_id: int) -> CachedToken:
+        cached = self._store.installation_token(self.identity, installation_id)
+        if cached is not None:
+            return cached
+        data = await apps.get_installation_access_token(
+            self.app_client(),
+            installation_id=str(installation_id),
+            app_id=self._settings.app_id,
+            private_key=self._settings.private_key,
+        )
+        minted = CachedToken(str(data["token"]), time.time())
+        expires_at = datetime.fromisoformat(str(data["expires_at"]).replace("Z", "+00:00"))
+        ttl = int((expires_at - utcnow()).total_seconds()) - TOKEN_SAFETY_MARGIN_S
+        self._store.cache_installation_token(
+            self.identity, installation_id, minted.token, ttl, minted.minted_at
+        )
+        return minted
+
+    async def for_installation(self, installation_id: int) -> GitHubClient:
+        """Return a client acting as the App's installation."""
+        token = await self._token(installation_id)
+
+        def record(budget: RateBudget) -> None:
+            self._store.record_rate_limit(self.identity, installation_id, budget)
+
+        caller = Caller(installation_id, token.minted_at, record)
+        return self._client(caller, str(installation_id), oauth_token=token.token)
+
+    async def learn_bot_login(self) -> str:
+        """Return the App's bot login, fetching it once from GET /app."""
+        known = self._settings.bot_login or self._store.bot_login()
+        if known is not None:
+            return known
+        app = await self.app_client().getitem("/app")
+        login = f"{app['slug']}[bot]"
+        self._store.set_bot_login(login)
+        return login
+
+    async def learn_bot_user_id(self, installation_id: int) -> int:
+        """Return the bot account's id, fetching it once from GET /users/{login}."""
+        known = self._store.bot_user_id()
+        if known is not None:
+            return known
+        login = await self.learn_bot_login()
+        gh = await self.for_installation(installation_id)
+        user = await gh.getitem("/users/{login}", {"login": login})
+        self._store.set_bot_user_id(int(user["id"]))
+        return int(user["id"])
+
+
+@asynccontextmanager
+async def github_app(settings: Settings, store: Store) -> AsyncIterator[GitHubApp]:
+    """Open an HTTP session for the duration of one job and yield the App on it.
+
+    Its API calls are counted in memory and written to the metrics once, as it ends.
+    """
+    timeout = aiohttp.ClientTimeout(total=60, connect=10)
+    tally = Tally()
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            yield GitHubApp(settings, store, session, tally)
+    finally:
+        store.add_metrics(tally)

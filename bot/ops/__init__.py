@@ -1,0 +1,1 @@
+"""Running Baton: settings, logs, metrics, the CLI, the clock, the worker, doctor and setup."""

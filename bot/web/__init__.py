@@ -1,0 +1,1 @@
+"""The web process: webhook ingress, the status page and its overview."""

@@ -1,0 +1,374 @@
+"""The status views of an `Overview`: the operator's HTML page (/status) and `baton status`.
+
+Pure functions: every value that reaches the page goes through `html.escape`,
+since run reasons and failure text come from agents and issues.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from urllib.parse import urlsplit
+
+from bot.domain.chains import LinkStatus
+from bot.domain.model import RunState
+from bot.domain.render import duration
+from bot.web.overview import HeldIssue, Overview, RunSummary, TimedIssue
+
+REFRESH_S = 30
+
+_RUN_TONES = {
+    RunState.CLAIMED: "busy",
+    RunState.PROVISIONING: "busy",
+    RunState.RUNNING: "busy",
+    RunState.PUSHED_PENDING: "warn",
+    RunState.PUSHED_GREEN: "ok",
+    RunState.MERGED: "ok",
+    RunState.CLOSED: "idle",
+    RunState.FAILED: "bad",
+    RunState.NO_CHANGE: "idle",
+    RunState.KILLED: "bad",
+    RunState.HALTED: "warn",
+}
+_LINK_TONES = {
+    LinkStatus.NOT_STARTED: "idle",
+    LinkStatus.IN_PROGRESS: "busy",
+    LinkStatus.GREEN: "ok",
+    LinkStatus.MERGED: "ok",
+    LinkStatus.STOPPED: "bad",
+    LinkStatus.CLOSED: "idle",
+}
+
+_STYLE = """
+:root { --ink: #1f2328; --muted: #59636e; --line: #d1d9e0; --soft: #eef1f4; --page: #f6f8fa;
+  --blue: #0969da; }
+* { box-sizing: border-box; }
+body { margin: 0; background: var(--page); color: var(--ink);
+  font: 14px/1.5 -apple-system, "Segoe UI", "Noto Sans", Helvetica, Arial, sans-serif; }
+main { max-width: 1160px; margin: 0 auto; padding: 24px 24px 40px; }
+header { display: flex; align-items: baseline; justify-content: space-between; gap: 16px;
+  flex-wrap: wrap; }
+h1 { font-size: 24px; margin: 0; }
+.muted { color: var(--muted); }
+.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(160px, 1fr)); gap: 12px;
+  margin: 20px 0 4px; }
+.card { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 12px 16px; }
+.card .label { color: var(--muted); font-size: 13px; }
+.card .value { font-size: 24px; font-weight: 600; font-variant-numeric: tabular-nums; }
+.card .unit { font-size: 13px; font-weight: 400; color: var(--muted); }
+section { background: #fff; border: 1px solid var(--line); border-radius: 8px; margin-top: 16px;
+  overflow: hidden; }
+h2 { font-size: 15px; margin: 0; padding: 10px 16px; background: #f6f8fa;
+  border-bottom: 1px solid var(--line); }
+h2 .count { color: var(--muted); font-weight: 400; margin-left: 6px; }
+table { width: 100%; border-collapse: collapse; }
+th, td { text-align: left; padding: 8px 16px; border-bottom: 1px solid var(--soft);
+  vertical-align: top; }
+th { font-size: 12px; color: var(--muted); font-weight: 600; }
+tr:last-child td { border-bottom: 0; }
+td.num { font-variant-numeric: tabular-nums; white-space: nowrap; }
+.empty { margin: 0; padding: 12px 16px; color: var(--muted); }
+.reason { color: var(--muted); overflow-wrap: anywhere; }
+.badge { display: inline-block; padding: 0 8px; border: 1px solid; border-radius: 999px;
+  font-size: 12px; font-weight: 600; line-height: 20px; white-space: nowrap; }
+.links .badge { margin: 0 6px 4px 0; }
+.ok { color: #1a7f37; background: #dafbe1; border-color: #aceebb; }
+.warn { color: #9a6700; background: #fff8c5; border-color: #eac54f; }
+.bad { color: #d1242f; background: #ffebe9; border-color: #ffcecb; }
+.busy { color: #0969da; background: #ddf4ff; border-color: #b6e3ff; }
+.idle { color: #59636e; background: #f6f8fa; border-color: var(--line); }
+.alert { margin: 16px 0 0; padding: 10px 16px; border: 1px solid; border-radius: 8px;
+  font-weight: 600; }
+a { color: var(--blue); text-decoration: none; }
+a:hover { text-decoration: underline; }
+"""
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value))
+
+
+def _clock(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _relative(at: datetime, now: datetime) -> str:
+    return f"{duration(now - at)} ago" if at <= now else f"in {duration(at - now)}"
+
+
+def _badge(text: str, tone: str) -> str:
+    return f'<span class="badge {tone}">{_e(text)}</span>'
+
+
+def _run_badge(run: RunSummary) -> str:
+    return _badge(run.state.value, _RUN_TONES[run.state])
+
+
+def _cost(run: RunSummary) -> str:
+    return "—" if run.cost_usd is None else f"${run.cost_usd:.2f}"
+
+
+def _pull_link(run: RunSummary) -> str:
+    if run.pr_url is None:
+        return "—"
+    name = f"#{run.pr_number}" if run.pr_number is not None else run.pr_url
+    # Only a web address becomes a link: a recorded URL is data, never a script to run.
+    if urlsplit(run.pr_url).scheme not in ("http", "https"):
+        return _e(name)
+    return f'<a href="{_e(run.pr_url)}">{_e(name)}</a>'
+
+
+def _outcome(run: RunSummary) -> str:
+    if run.failure_class is None:
+        return ""
+    reason = f": {run.reason}" if run.reason else ""
+    return f'<span class="reason">{_e(run.failure_class + reason)}</span>'
+
+
+def _held_why(held: HeldIssue) -> str:
+    if held.held_by is None:
+        return "its repository is paused"
+    return f"chain link #{held.held_by} stopped"
+
+
+def _escalation(run: RunSummary) -> str:
+    parts = [_e(f"after attempt {run.attempt}")]
+    if run.failure_class is not None:
+        parts.append(_outcome(run))
+    if run.pr_url is not None:
+        parts.append(_pull_link(run))
+    return " · ".join(parts)
+
+
+def _table(headings: Sequence[str], rows: Iterable[Sequence[str]], empty: str) -> str:
+    """Return a table of already escaped cells, or the empty text when there are no rows."""
+    body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
+    if not body:
+        return f'<p class="empty">{_e(empty)}</p>'
+    head = "".join(f"<th>{_e(heading)}</th>" for heading in headings)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _section(key: str, title: str, count: int, content: str) -> str:
+    return (
+        f'<section aria-labelledby="{key}"><h2 id="{key}">{_e(title)}'
+        f'<span class="count">{count}</span></h2>{content}</section>'
+    )
+
+
+def _card(label: str, value: str, unit: str = "") -> str:
+    unit_text = f' <span class="unit">{_e(unit)}</span>' if unit else ""
+    return (
+        f'<div class="card"><div class="label">{_e(label)}</div>'
+        f'<div class="value">{_e(value)}{unit_text}</div></div>'
+    )
+
+
+def _cards(overview: Overview, now: datetime) -> str:
+    cards = [_card("workers", str(overview.workers))]
+    cards += [_card(name, str(count), "queued") for name, count in overview.queues.items()]
+    cards += [
+        _card(f"last {what}", duration(now - at), "ago")
+        for what, at in sorted(overview.marks.items())
+    ]
+    return f'<div class="cards">{"".join(cards)}</div>'
+
+
+def _repos(overview: Overview) -> str:
+    def pause(since: datetime | None, held: int, settled: int) -> str:
+        if since is None:
+            return _badge("admitting", "ok")
+        detail = f"since {_clock(since)}: {held} held, {settled} settled"
+        return f'{_badge("paused", "warn")} <span class="muted">{_e(detail)}</span>'
+
+    rows = [
+        (
+            _e(repo.repo),
+            _e(repo.live),
+            pause(repo.paused_since, repo.held_starts, repo.settled_while_paused),
+        )
+        for repo in overview.repos
+    ]
+    table = _table(("Repository", "Live runs", "New work"), rows, "No repository has runs yet.")
+    return _section("repositories", "Repositories", len(rows), table)
+
+
+def _issue_cell(run: RunSummary) -> str:
+    title = f' <span class="muted">{_e(run.title)}</span>' if run.title else ""
+    return f"{_e(run.issue)}{title}"
+
+
+def _live(overview: Overview, now: datetime) -> str:
+    rows = [
+        (
+            _issue_cell(run),
+            _e(run.attempt),
+            _run_badge(run),
+            _e(duration(now - run.changed_at)),
+            _e(duration(run.took(now))),
+        )
+        for run in overview.live_runs
+    ]
+    table = _table(("Issue", "Attempt", "Phase", "In phase", "Age"), rows, "No run is in progress.")
+    return _section("live", "Live runs", len(rows), table)
+
+
+def _timed(overview: Overview, now: datetime) -> str:
+    def row(issue: TimedIssue, badge: str, what: str) -> tuple[str, ...]:
+        when = f"{what} {_clock(issue.until)} ({_relative(issue.until, now)})"
+        return (_e(issue.issue), badge, _e(when))
+
+    rows = [row(i, _badge("halted", "warn"), "resumes") for i in overview.halted]
+    rows += [row(i, _badge("waiting", "idle"), "starts at") for i in overview.waiting]
+    table = _table(("Issue", "State", "When"), rows, "No issue is halted or waiting to start.")
+    return _section("halted", "Halted and waiting to start", len(rows), table)
+
+
+def _held(overview: Overview) -> str:
+    rows = [(_e(i.issue), _badge("held", "warn"), _e(_held_why(i))) for i in overview.held]
+    rows += [
+        (
+            _issue_cell(run),
+            _badge("escalated", "bad"),
+            _escalation(run),
+        )
+        for run in overview.escalated
+    ]
+    table = _table(("Issue", "State", "Why"), rows, "Nothing is held or escalated.")
+    return _section("held", "Held and escalated", len(rows), table)
+
+
+def _completions(overview: Overview, now: datetime) -> str:
+    rows = [
+        (
+            _issue_cell(run),
+            _e(run.attempt),
+            _run_badge(run),
+            _e(duration(run.took(now))),
+            _e(_cost(run)),
+            _pull_link(run),
+            _outcome(run),
+        )
+        for run in overview.completions
+    ]
+    table = _table(
+        ("Issue", "Attempt", "State", "Duration", "Cost", "Pull request", "Outcome"),
+        rows,
+        "No run has pushed or ended yet.",
+    )
+    return _section("completions", "Recent completions", len(rows), table)
+
+
+def _chains(overview: Overview) -> str:
+    def links(statuses: Sequence[tuple[int, LinkStatus]]) -> str:
+        badges = "".join(_badge(f"#{n} {s.value}", _LINK_TONES[s]) for n, s in statuses)
+        return f'<div class="links">{badges}</div>'
+
+    rows = [
+        (
+            _e(chain.chain_id),
+            links([(link.number, link.status) for link in chain.links]),
+            _e(f"held by #{chain.held_by}" if chain.held_by is not None else "moving"),
+        )
+        for chain in overview.chains
+    ]
+    table = _table(("Chain", "Links", "Chain state"), rows, "No chain is queued.")
+    return _section("chains", "Chains", len(rows), table)
+
+
+def _budgets(overview: Overview) -> str:
+    rows = [
+        (
+            _e(budget.installation_id),
+            f"{budget.remaining:,} of {budget.limit:,}",
+            _e(_clock(budget.resets_at)),
+            _badge("sweeps paused", "warn") if budget.sweeps_paused else "",
+        )
+        for budget in overview.budgets
+    ]
+    table = _table(
+        ("installation", "requests left this hour", "refills", ""),
+        rows,
+        "No answer from GitHub recorded yet.",
+    )
+    return _section("budgets", "GitHub API budget", len(rows), table)
+
+
+def _warnings(overview: Overview) -> str:
+    return "".join(f'<p class="alert warn" role="alert">{_e(w)}</p>' for w in overview.warnings)
+
+
+def render_status_page(overview: Overview, now: datetime) -> str:
+    """Return the operator's status page: a whole HTML document, no script, no outside asset."""
+    taken = overview.taken_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    sections = [
+        _warnings(overview),
+        _cards(overview, now),
+        _repos(overview),
+        _live(overview, now),
+        _timed(overview, now),
+        _held(overview),
+        _completions(overview, now),
+        _chains(overview),
+        _budgets(overview),
+    ]
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<meta http-equiv="refresh" content="{REFRESH_S}">'
+        f"<title>Baton status</title><style>{_STYLE}</style></head><body><main>"
+        f'<header><h1>Baton status</h1><p class="muted">as of {_e(taken)} · '
+        f"refreshes every {REFRESH_S} s</p></header>"
+        f"{''.join(sections)}</main></body></html>\n"
+    )
+
+
+def _run_line(run: RunSummary, now: datetime) -> str:
+    pr = f" {run.pr_url}" if run.pr_url else ""
+    reason = f" ({run.failure_class}: {run.reason})" if run.failure_class else ""
+    cost = f" {_cost(run)}" if run.cost_usd is not None else ""
+    return (
+        f"  #{run.number} attempt {run.attempt:<3} {run.state.value:<15} "
+        f"{duration(run.took(now)):>9}{' so far' if run.live else ''}{cost}{pr}{reason}"
+    )
+
+
+def render_status_text(overview: Overview, now: datetime) -> str:
+    """Return what `baton status` prints: one line per fact, runs grouped by repository."""
+    depths = ", ".join(f"{name} {count}" for name, count in overview.queues.items())
+    lines = [f"warning: {warning}" for warning in overview.warnings]
+    lines += [f"queues: {depths}", f"workers: {overview.workers}"]
+    lines += [
+        f"last {what}: {_clock(at)} ({_relative(at, now)})"
+        for what, at in sorted(overview.marks.items())
+    ]
+    lines += [
+        f"{repo.repo}: paused since {_clock(repo.paused_since)} — nothing admitted "
+        f"({repo.held_starts} held), {repo.settled_while_paused} settled"
+        for repo in overview.repos
+        if repo.paused_since is not None
+    ]
+    lines += [f"halted until {_clock(i.until)}: {i.issue}" for i in overview.halted]
+    lines += [f"waiting until {_clock(i.until)}: {i.issue}" for i in overview.waiting]
+    lines += [f"held, {_held_why(i)}: {i.issue}" for i in overview.held]
+    lines += [f"escalated after attempt {run.attempt}: {run.issue}" for run in overview.escalated]
+    lines += [
+        f"chain {chain.chain_id}: "
+        + ", ".join(f"#{link.number} {link.status.value}" for link in chain.links)
+        for chain in overview.chains
+    ]
+    lines += [
+        f"installation {budget.installation_id}: {budget.remaining} of {budget.limit} "
+        f"GitHub requests left until {_clock(budget.resets_at)}"
+        + (" (sweeps paused)" if budget.sweeps_paused else "")
+        for budget in overview.budgets
+    ]
+    if not overview.runs:
+        lines.append("no runs yet")
+    for repo in overview.repos:
+        runs = [run for run in overview.runs if run.repo == repo.repo]
+        if runs:
+            lines.append(f"{repo.repo}: {repo.live} live, recent runs:")
+            lines += [_run_line(run, now) for run in runs]
+    return "\n".join(lines) + "\n"

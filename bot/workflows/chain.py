@@ -1,0 +1,432 @@
+"""Chains at work: plan a queued chain, start its links in order, restack them after a merge.
+
+The decisions are pure (`bot/domain/chains.py`); this module reads what GitHub and the
+run records say, applies those decisions and writes the results back. Every
+step is recomputed from that state, so a repeated job finds the work done.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
+
+from gidgethub import BadRequest
+
+from bot.domain import render
+from bot.domain.chains import (
+    STACK_MARKER,
+    ChainRefused,
+    IssueFacts,
+    LinkStatus,
+    ManifestLink,
+    chain_from_dependencies,
+    chain_status_comment,
+    dependencies,
+    dependency_closure,
+    held_comment,
+    is_tracking_issue,
+    link_status,
+    next_step,
+    predecessor_of,
+    preflight,
+    stack_manifest,
+    successors,
+    task_list,
+)
+from bot.domain.classify import RunFacts
+from bot.domain.issue_text import Snapshot, queue, snapshot
+from bot.domain.model import Chain, IssueRef, Run, RunState, utcnow
+from bot.domain.repo_config import InvalidRepoConfig, apply_repo_config
+from bot.edges.api import label_names, load_repo_config, read_issue, read_repository
+from bot.edges.github import GitHubApp, GitHubClient, github_app
+from bot.edges.queue import RunMode, run_issue_job
+from bot.edges.store import Store
+from bot.ops.settings import Settings
+from bot.workflows.conclude import Services, conclude, policy_of, post_status
+from bot.workflows.labels import recorded_labels, set_state_label
+from bot.workflows.standing import queued_by_a_steerer, standing_of
+
+log = logging.getLogger(__name__)
+
+
+async def queue_chain(
+    services: Services,
+    issue: IssueRef,
+    queued_by: str | None = None,
+    text: Snapshot | None = None,
+) -> Chain | None:
+    """Plan the chain a queued issue names and start its first incomplete link.
+
+    A refused chain (a cycle, a missing issue, another repository, a strict
+    pre-flight) gets one clear comment and nothing is provisioned. So does one
+    queued by someone who may not steer Baton (queued_by, or whom the issue's
+    events name), and its queue label comes off.
+
+    text is the issue as it was queued: the chain is planned from it, and it is the
+    text of the issue's own link. Every other link's text is recorded as it reads now.
+    """
+    settings, store = services.settings, services.store
+    async with github_app(settings, store) as app:
+        gh = await app.for_installation(issue.installation_id)
+        data = await read_issue(gh, issue)
+        if text is not None:
+            data = {**data, "title": text.title, "body": text.body}
+        labels = label_names(data)
+        repo = await read_repository(gh, store, issue.repo)
+        ours = settings.labels  # until the repository's file names its own
+        judged = False  # whether who queued it was judged by the repository's rule
+        try:
+            file = await load_repo_config(gh, store, issue.repo, str(repo["default_branch"]))
+            applied = apply_repo_config(settings, file.config)
+            ours = applied.labels
+            if ours.queue not in labels or data["state"] != "open":
+                log.info("%s: no longer queued; not planning its chain", issue)
+                return None
+            if await queued_by_a_steerer(gh, store, applied, issue, queued_by) is None:
+                return None
+            judged = True
+            refused = file.refused_by(settings)  # asks for more than the deployment allows
+            if refused is not None:
+                raise refused
+            chain, facts = await _plan(gh, issue, data, file.config.strict_preflight)
+            await _refuse_links_named_by_strangers(gh, store, applied, chain, facts)
+        except (ChainRefused, InvalidRepoConfig) as exc:
+            if ours.queue not in labels:
+                return None
+            if (
+                not judged
+                and await queued_by_a_steerer(gh, store, settings, issue, queued_by) is None
+            ):
+                return None  # an unreadable file: the deployment's rule, before anything is said
+            log.warning("%s: chain refused: %s", issue, exc)
+            await set_state_label(gh, store, services.dispatch, ours, issue, ours.escalated, labels)
+            await post_status(
+                services, gh, issue, render.refusal_comment(f"The chain was refused: {exc}")
+            )
+            return None
+        chain = store.save_chain(chain)
+        log.info("%s: chain %s of links %s", issue, chain.chain_id, chain.links)
+        at = text.at if text is not None else utcnow()
+        _record_link_texts(store, chain, facts, at, queued_by)
+        # Taken off the queue: the chain, not a second delivery, moves it from here.
+        await set_state_label(gh, store, services.dispatch, ours, issue, ours.in_progress, labels)
+        await advance(services, gh, chain, requeued=True)
+        return chain
+
+
+async def advance_chain(services: Services, installation_id: int, repo: str, head: int) -> None:
+    """Start, hold or finish the chain queued at head, as its links now stand."""
+    chain = services.store.chain(f"{repo}#{head}")
+    if chain is None or chain.installation_id != installation_id:
+        return
+    async with github_app(services.settings, services.store) as app:
+        gh = await app.for_installation(installation_id)
+        await advance(services, gh, chain)
+
+
+async def advance(
+    services: Services, gh: GitHubClient, chain: Chain, requeued: bool = False
+) -> None:
+    """Do the chain's next step and show where every link stands.
+
+    Queued again by a maintainer, a link that stopped the chain gets a new start;
+    links that are merged or green are never run again.
+    """
+    settings, store = services.settings, services.store
+    links = await manifest_links(gh, services, chain)
+    statuses = {
+        link.number: LinkStatus.NOT_STARTED
+        if requeued and link.status is LinkStatus.STOPPED
+        else link.status
+        for link in links
+    }
+    step = next_step(chain.links, statuses)
+    log.info("%s: chain %s next: %s", chain.chain_id, statuses, step.action)
+    if step.action == "start" and step.link is not None:
+        key = f"{chain.head}-{chain.generation}"
+        services.dispatch.enqueue(
+            [run_issue_job(settings, chain.issue(step.link), key, RunMode.CHAIN)]
+        )
+    elif step.action == "held" and step.held_by is not None:
+        for number in successors(chain.links, step.held_by):
+            if statuses[number] is LinkStatus.NOT_STARTED:
+                await post_status(
+                    services, gh, chain.issue(number), held_comment(number, step.held_by)
+                )
+    await _restamp_manifests(gh, chain, links)
+    if chain.tracking:
+        head = chain.issue(chain.head)
+        await post_status(
+            services, gh, head, chain_status_comment(chain.head, links, step, chain.warnings)
+        )
+        if step.action == "complete":
+            done = all(status is not LinkStatus.GREEN for status in statuses.values())
+            ours = recorded_labels(store, settings, head)
+            label = None if done else ours.review
+            await set_state_label(gh, store, services.dispatch, ours, head, label)
+
+
+async def manifest_links(gh: GitHubClient, services: Services, chain: Chain) -> list[ManifestLink]:
+    """Return every link of the chain with its title, PR and status as they are now."""
+    links = []
+    for number in chain.links:
+        data = await read_issue(gh, chain.issue(number))
+        run = services.store.latest_run(chain.issue(number))
+        links.append(
+            ManifestLink(
+                number=number,
+                title=str(data["title"]),
+                status=link_status(run, data["state"] == "open"),
+                pr_number=run.pr_number if run else None,
+                pr_url=run.pr_url if run else None,
+            )
+        )
+    return links
+
+
+async def stack_base(gh: GitHubClient, services: Services, chain: Chain, number: int) -> Run | None:
+    """Return the run whose branch the link builds on now (None: the base branch)."""
+    links = await manifest_links(gh, services, chain)
+    statuses = {link.number: link.status for link in links}
+    predecessor = predecessor_of(chain.links, statuses, number)
+    if predecessor is None:
+        return None
+    return services.store.latest_run(chain.issue(predecessor))
+
+
+async def link_merged(services: Services, app: GitHubApp, merged: Run) -> None:
+    """Restack the successors of a merged link onto what it merged into, then advance.
+
+    The first successor's PR is retargeted to that branch; every successor's
+    branch is replayed without the commits it inherited. A conflict sends that
+    link back to the agent as a `merge-conflict` continuation, and stops there.
+    """
+    await _restack_then_advance(services, app, merged, merged=True)
+
+
+async def link_green(services: Services, app: GitHubApp, green: Run) -> None:
+    """Bring the links stacked on a link that went green (again) onto its new tip, then advance.
+
+    A link whose PR took more commits (a continuation after review) leaves its
+    successors on its old tip; they are replayed onto the new one.
+    """
+    await _restack_then_advance(services, app, green, merged=False)
+
+
+async def _restack_then_advance(
+    services: Services, app: GitHubApp, moved: Run, merged: bool
+) -> None:
+    chain = services.store.chain_of(moved.issue)
+    if chain is None or moved.issue.number not in chain.links:
+        return
+    gh = await app.for_installation(chain.installation_id)
+    async with services.store.chain_lock(chain):
+        await _restack(services, app, gh, chain, moved, merged)
+    await advance(services, gh, chain)
+
+
+async def _restack(
+    services: Services, app: GitHubApp, gh: GitHubClient, chain: Chain, moved: Run, merged: bool
+) -> None:
+    store = services.store
+    stacked = [
+        run
+        for number in successors(chain.links, moved.issue.number)
+        if (run := store.latest_run(chain.issue(number))) is not None
+    ]
+    first = stacked[0] if stacked else None
+    if first is None or first.base_branch != moved.branch or moved.head_sha is None:
+        return  # nothing built on the link yet
+    if not merged and first.base_sha == moved.head_sha:
+        return  # already on the link's tip
+    repo = await read_repository(gh, services.store, chain.repo)
+    clone_url = str(repo["clone_url"])
+    token = await app.installation_token(chain.installation_id)
+    workspace = services.workspace
+    mirror = await workspace.refresh_mirror(chain.repo, clone_url, token)
+    target = (moved.base_branch or str(repo["default_branch"])) if merged else moved.branch
+    onto = await workspace.rev_parse(mirror, f"refs/remotes/origin/{target}")
+    stacked_on, old_tip = moved.branch, moved.head_sha
+    for run in stacked:
+        if run.head_sha is None or run.pr_number is None or run.base_branch != stacked_on:
+            break  # not built on the link before it: nothing inherited to drop
+        if target != run.base_branch:
+            await _retarget(gh, chain.repo, run.pr_number, target)
+        rebased = await workspace.rebase_branch(
+            chain.repo, run.branch, onto, old_tip, clone_url, token
+        )
+        if rebased.tip is None:
+            await _conflicted(services, gh, run, target, rebased.conflicts)
+            break
+        store.update_run(run.issue, run.attempt, _restacked(target, onto, rebased.tip))
+        # The new head is settled by its checks' events; one that no CI runs on sends none.
+        wait_s = policy_of(services, run).no_checks_after_s
+        services.dispatch.settle_head_at(
+            chain.installation_id, chain.repo, rebased.tip, utcnow() + timedelta(seconds=wait_s)
+        )
+        log.info("%s: restacked %s onto %s at %s", run.issue, run.branch, target, rebased.tip[:12])
+        stacked_on, old_tip, target, onto = run.branch, run.head_sha, run.branch, rebased.tip
+
+
+def _restacked(base: str, base_sha: str, tip: str) -> Callable[[Run], Run | None]:
+    def change(current: Run) -> Run | None:
+        if current.head_sha == tip:
+            return None
+        moved = (
+            current
+            if current.state is RunState.PUSHED_PENDING
+            else current.moved(RunState.PUSHED_PENDING, utcnow(), note=f"restacked onto {base}")
+        )
+        return moved.model_copy(update={"base_branch": base, "base_sha": base_sha, "head_sha": tip})
+
+    return change
+
+
+async def _conflicted(
+    services: Services, gh: GitHubClient, run: Run, base: str, files: tuple[str, ...]
+) -> None:
+    listed = ", ".join(f"`{name}`" for name in files) or "files git did not name"
+    reason = f"replaying `{run.branch}` onto `{base}` conflicted in {listed}"
+    failed = services.store.update_run(
+        run.issue,
+        run.attempt,
+        lambda current: (
+            current.moved(RunState.FAILED, utcnow(), note="merge conflict").model_copy(
+                update={"reason": reason, "base_branch": base}
+            )
+            if current.classification is None
+            else None
+        ),
+    )
+    if failed is not None:
+        await conclude(services, gh, failed, RunFacts(ending="merge-conflict", detail=reason))
+
+
+async def _retarget(gh: GitHubClient, repo: str, pull: int, base: str) -> None:
+    await gh.patch(
+        "/repos/{+repo}/pulls/{number}", {"repo": repo, "number": pull}, data={"base": base}
+    )
+
+
+async def _restamp_manifests(gh: GitHubClient, chain: Chain, links: list[ManifestLink]) -> None:
+    """Keep the stack manifest in every open PR of the chain as the links now stand."""
+    for link in links:
+        if link.pr_number is None or link.status in (LinkStatus.MERGED, LinkStatus.CLOSED):
+            continue
+        url_vars: dict[str, str | int] = {"repo": chain.repo, "number": link.pr_number}
+        pull = await gh.getitem("/repos/{+repo}/pulls/{number}", url_vars)
+        body = str(pull.get("body") or "")
+        kept = body.split(STACK_MARKER, 1)[0].rstrip()
+        stamped = f"{kept}\n\n{stack_manifest(links, link.number)}"
+        if stamped != body:
+            await gh.patch("/repos/{+repo}/pulls/{number}", url_vars, data={"body": stamped})
+
+
+async def _plan(
+    gh: GitHubClient, issue: IssueRef, data: dict[str, Any], strict: bool
+) -> tuple[Chain, Mapping[int, IssueFacts]]:
+    """Return the chain the issue names, and what was read of each issue in it."""
+    body = data.get("body")
+    if is_tracking_issue(body, issue.repo):
+        listed = task_list(body, issue.repo)
+        listed_facts = await _issue_facts(gh, issue, listed)
+        planned = preflight(listed, listed_facts, issue.repo, strict)
+        tracked = Chain(
+            installation_id=issue.installation_id,
+            repo=issue.repo,
+            head=issue.number,
+            tracking=True,
+            links=planned.order,
+            warnings=planned.warnings,
+        )
+        return tracked, listed_facts
+    facts = {issue.number: _facts_of(data)}
+    absent: set[int] = set()
+    while missing := set(dependency_closure(issue.number, facts, issue.repo)) - absent:
+        fetched = await _issue_facts(gh, issue, sorted(missing))
+        absent |= missing - fetched.keys()
+        facts.update(fetched)
+    chain = Chain(
+        installation_id=issue.installation_id,
+        repo=issue.repo,
+        head=issue.number,
+        tracking=False,
+        links=chain_from_dependencies(issue.number, facts, issue.repo),
+    )
+    return chain, facts
+
+
+async def _refuse_links_named_by_strangers(
+    gh: GitHubClient,
+    store: Store,
+    settings: Settings,
+    chain: Chain,
+    facts: Mapping[int, IssueFacts],
+) -> None:
+    """Refuse a chain that follows dependencies named by someone who may not steer Baton.
+
+    The queued issue's own references are the maintainer's choice; an issue further
+    along names its dependencies in a body its author can edit at any time, so only a
+    steerer's issue may bring more issues into the chain.
+    """
+    if chain.tracking:
+        return  # the tracking issue, as queued, names every link itself
+    for number in chain.links:
+        read = facts.get(number)
+        if number == chain.head or read is None or not dependencies(read.body, chain.repo):
+            continue
+        author = read.author
+        standing = author and await standing_of(gh, store, settings, chain.repo, author)
+        if not standing or not standing.allowed:
+            raise ChainRefused(
+                f"#{number} names issues of its own to depend on, but it was opened by "
+                f"{f'@{author}' if author else 'someone unknown'}, who may not steer Baton "
+                "here, so Baton does not follow them. "
+                "List the chain's issues in a tracking issue instead."
+            )
+
+
+def _record_link_texts(
+    store: Store, chain: Chain, facts: Mapping[int, IssueFacts], at: datetime, by: str | None
+) -> None:
+    """Record each link's text as read when its chain was queued (at that time, by by).
+
+    The head's facts hold its text as queued; every other link's, as read then.
+    """
+    for number in chain.links:
+        if number in facts:
+            read = facts[number]
+            text = snapshot(read.title, read.body, at, by, "chain")
+            store.update_queued_text(chain.issue(number), partial(queue, queued=text))
+
+
+async def _issue_facts(
+    gh: GitHubClient, issue: IssueRef, numbers: list[int] | tuple[int, ...]
+) -> Mapping[int, IssueFacts]:
+    """Return what the chain needs of each issue that exists (pull requests are not issues)."""
+    found = {}
+    for number in numbers:
+        try:
+            data = await read_issue(
+                gh, IssueRef(installation_id=issue.installation_id, repo=issue.repo, number=number)
+            )
+        except BadRequest as exc:
+            if exc.status_code in (404, 410):
+                continue
+            raise
+        if "pull_request" not in data:
+            found[number] = _facts_of(data)
+    return found
+
+
+def _facts_of(data: dict[str, Any]) -> IssueFacts:
+    return IssueFacts(
+        number=int(data["number"]),
+        title=str(data["title"]),
+        body=data.get("body"),
+        open=data["state"] == "open",
+        author=(data.get("user") or {}).get("login"),
+    )
