@@ -16,7 +16,7 @@ from bot.edges.store import Store
 from bot.ops.logs import log_context
 from bot.ops.metrics import JOBS, Tally
 from bot.ops.settings import load_settings
-from bot.workflows.conclude import Services
+from bot.workflows.services import Services
 from bot.workflows.settle import end_gone_issue
 
 P = ParamSpec("P")

@@ -15,7 +15,7 @@ from bot.edges.queue import Dispatcher
 from bot.edges.store import Store
 from bot.ops.settings import Settings
 from bot.workflows.attempt import remove_finished_worktrees
-from bot.workflows.conclude import Services
+from bot.workflows.services import Services
 
 TOKEN = "ghs_SeCrEtInstallationToken"
 

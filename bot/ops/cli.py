@@ -123,7 +123,7 @@ def cmd_clock(args: argparse.Namespace) -> int:
 
     from bot.edges.queue import Dispatcher
     from bot.ops.clock import keep_time
-    from bot.workflows.conclude import Services
+    from bot.workflows.services import Services
 
     settings = load_settings()
     store = _connected_store(settings)
@@ -183,7 +183,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     from bot.domain.model import utcnow
     from bot.edges.queue import Dispatcher
-    from bot.workflows.conclude import Services, halted_plan, resume
+    from bot.workflows.conclude import halted_plan, resume
+    from bot.workflows.services import Services
 
     settings = load_settings()
     store = _connected_store(settings)
@@ -219,7 +220,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     import asyncio
 
     from bot.edges.queue import Dispatcher
-    from bot.workflows.conclude import Services
+    from bot.workflows.services import Services
     from bot.workflows.sweep import sweep
 
     settings = load_settings()

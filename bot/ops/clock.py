@@ -24,7 +24,7 @@ from rq.scheduler import RQScheduler
 from bot.domain.model import IssueRef, Run
 from bot.edges.queue import QUEUES, orphan_job
 from bot.edges.store import LapsedClaim
-from bot.workflows.conclude import Services
+from bot.workflows.services import Services
 from bot.workflows.sweep import sweep
 
 log = logging.getLogger(__name__)

@@ -46,8 +46,9 @@ from bot.ops.logs import log_context
 from bot.ops.metrics import agent_usage
 from bot.ops.worker import stopping
 from bot.workflows.chain import stack_base
-from bot.workflows.conclude import Services, conclude, policy_of, post_status, report
+from bot.workflows.conclude import conclude, policy_of, post_status, report
 from bot.workflows.labels import set_state_label
+from bot.workflows.services import Services
 from bot.workflows.standing import queued_by_a_steerer, standing_of
 
 log = logging.getLogger(__name__)

@@ -45,8 +45,9 @@ from bot.edges.github import GitHubApp, GitHubClient, github_app
 from bot.edges.queue import RunMode, run_issue_job
 from bot.edges.store import Store
 from bot.ops.settings import Settings
-from bot.workflows.conclude import Services, conclude, policy_of, post_status
+from bot.workflows.conclude import conclude, policy_of, post_status
 from bot.workflows.labels import recorded_labels, set_state_label
+from bot.workflows.services import Services
 from bot.workflows.standing import queued_by_a_steerer, standing_of
 
 log = logging.getLogger(__name__)

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gidgethub import HTTPException
 
-from bot.agents.jail import Jails, jails_for
 from bot.domain import issue_text as snapshot
 from bot.domain import render
 from bot.domain.budget import Decision, decide, spend
@@ -22,44 +20,17 @@ from bot.domain.model import IssueRef, Limits, Policy, Recovery, Run, RunState, 
 from bot.domain.render import CheckSummary
 from bot.domain.resume import Halt, ResumePlan, plan_resumes
 from bot.edges.api import label_names, post_comment, read_issue, upsert_comment
-from bot.edges.git import Git, Identity, Workspace
 from bot.edges.github import GitHubClient
-from bot.edges.queue import Dispatcher, JobSpec, RunMode, run_issue_job
+from bot.edges.queue import JobSpec, RunMode, run_issue_job
 from bot.edges.store import Store
 from bot.ops.metrics import ESCALATIONS, HALTS, Tally
 from bot.ops.settings import Settings
 from bot.workflows.labels import set_state_label
+from bot.workflows.services import Services
 
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 3600.0
-
-
-@dataclass(frozen=True)
-class Services:
-    """What a job needs from its process: settings, state, and the queues."""
-
-    settings: Settings
-    store: Store
-    dispatch: Dispatcher
-
-    @property
-    def workspace(self) -> Workspace:
-        """Return the mirrors and worktrees under the data directory."""
-        settings, store = self.settings, self.store
-        identity = Identity.of(
-            settings.git_author_name,
-            settings.git_author_email,
-            settings.bot_login or store.bot_login(),
-            store.bot_user_id(),
-            settings.github_api_url,
-        )
-        return Workspace(Git(identity), self.settings.data_dir, self.jails)
-
-    @property
-    def jails(self) -> Jails:
-        """Return the builder of this worker's agent jails."""
-        return jails_for(self.settings)
 
 
 async def report(

@@ -13,7 +13,8 @@ from bot.domain import render
 from bot.domain.issue_text import Edit, IssueText
 from bot.domain.model import IssueRef
 from bot.edges.github import GitHubClient, github_app
-from bot.workflows.conclude import Services, post_status, report
+from bot.workflows.conclude import post_status, report
+from bot.workflows.services import Services
 from bot.workflows.standing import repository_settings, standing_of
 
 log = logging.getLogger(__name__)

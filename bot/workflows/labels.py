@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import aiohttp
 from gidgethub import HTTPException
@@ -21,9 +20,7 @@ from bot.edges.github import GitHubClient
 from bot.edges.queue import Dispatcher
 from bot.edges.store import Store
 from bot.ops.settings import Settings
-
-if TYPE_CHECKING:
-    from bot.workflows.conclude import Services  # which needs this module first
+from bot.workflows.services import Services
 
 log = logging.getLogger(__name__)
 

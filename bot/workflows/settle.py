@@ -34,8 +34,9 @@ from bot.edges.api import (
 from bot.edges.github import GitHubClient, github_app
 from bot.ops.metrics import AUDIT_FLAGS, Tally
 from bot.workflows.chain import link_green, link_merged
-from bot.workflows.conclude import Services, conclude, hold_for_audit, policy_of, report
+from bot.workflows.conclude import conclude, hold_for_audit, policy_of, report
 from bot.workflows.labels import set_state_label, take_state_labels_off
+from bot.workflows.services import Services
 from bot.workflows.standing import repository_settings, standing_of
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,9 @@ from bot.domain.render import refusal_comment
 from bot.edges.api import post_comment, read_issue
 from bot.edges.github import GitHubClient, github_app
 from bot.edges.queue import RunMode, run_issue_job
-from bot.workflows.conclude import Services, policy_of, post_status, report
+from bot.workflows.conclude import policy_of, post_status, report
 from bot.workflows.labels import set_state_label
+from bot.workflows.services import Services
 from bot.workflows.standing import repository_settings, standing_of
 
 log = logging.getLogger(__name__)

@@ -52,8 +52,9 @@ from bot.domain.repo_config import CONFIG_PATH, InvalidRepoConfig
 from bot.edges.api import label_names, load_repo_config, read_issue, read_pull
 from bot.edges.github import GitHubApp, GitHubClient, github_app
 from bot.edges.queue import queue_chain_job, run_issue_job
-from bot.workflows.conclude import Services, conclude, halted_plan, resume
+from bot.workflows.conclude import conclude, halted_plan, resume
 from bot.workflows.labels import recorded_labels, sync_labels
+from bot.workflows.services import Services
 from bot.workflows.settle import (
     end_gone_issue,
     settle_issue_closed,
