@@ -57,8 +57,8 @@ from rq import Queue
 
 from bot.devkit.devstack import LocalBaton, start_redis_server
 from bot.devkit.maintainer import Maintainer
+from bot.domain.jobs import AGENTS, QUEUES, job_id
 from bot.domain.model import IssueRef, Run, RunState
-from bot.edges.queue import AGENTS, QUEUES, job_id
 from bot.edges.store import Store
 from bot.ops.settings import Settings
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from gidgethub.routing import Router
 from gidgethub.sansio import Event
 
+from bot.domain.jobs import settle_head_job
 from bot.edges.git import BRANCH_PREFIX, SALVAGE_PREFIX
-from bot.edges.queue import settle_head_job
 from handlers.context import HandlerContext
 
 router = Router()

@@ -8,7 +8,7 @@ from gidgethub.routing import Router
 from gidgethub.sansio import Event
 
 from bot.domain.commands import ignored_bot, parse_command
-from bot.edges.queue import command_job
+from bot.domain.jobs import command_job
 from handlers.context import HandlerContext
 
 log = logging.getLogger(__name__)

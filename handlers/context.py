@@ -14,8 +14,8 @@ from typing import Any
 
 from gidgethub.sansio import Event
 
+from bot.domain.jobs import JobSpec
 from bot.domain.model import IssueRef
-from bot.edges.queue import JobSpec
 from bot.ops.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from gidgethub.sansio import Event
 
 from bot.domain.chains import names_a_chain
 from bot.domain.issue_text import BODY_CAP, Snapshot, github_time, snapshot
-from bot.edges.queue import (
+from bot.domain.jobs import (
     issue_closed_job,
     issue_deleted_job,
     issue_edited_job,

@@ -9,8 +9,8 @@ from gidgethub.routing import Router
 from gidgethub.sansio import Event
 
 from bot.domain.commands import ignored_bot
+from bot.domain.jobs import pull_closed_job, review_job
 from bot.edges.git import BRANCH_PREFIX
-from bot.edges.queue import pull_closed_job, review_job
 from handlers.context import HandlerContext
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ from typing import Any
 from gidgethub.routing import Router
 from gidgethub.sansio import Event
 
+from bot.domain.jobs import repo_config_job
 from bot.domain.repo_config import CONFIG_PATH
-from bot.edges.queue import repo_config_job
 from handlers.context import HandlerContext
 
 router = Router()

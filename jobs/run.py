@@ -6,8 +6,8 @@ import asyncio
 import json
 
 from bot.domain.issue_text import from_job
+from bot.domain.jobs import RunMode
 from bot.domain.model import IssueRef
-from bot.edges.queue import RunMode
 from bot.workflows import attempt as runner
 from jobs import job, services
 

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from bot.devkit.maintainer import eventually
+from bot.domain.jobs import sync_labels_job
 from bot.domain.model import IssueRef, Run, RunState, utcnow
-from bot.edges.queue import Dispatcher, sync_labels_job
+from bot.edges.queue import Dispatcher
 from bot.edges.store import LapsedClaim, Store
 from bot.ops.clock import takeovers
 from bot.ops.settings import Settings

@@ -29,7 +29,7 @@ from packaging.version import Version
 from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 
-from bot.edges.queue import AGENTS
+from bot.domain.jobs import AGENTS
 from bot.ops.cli import build_parser
 from bot.ops.settings import Settings, SettingsError
 

@@ -24,9 +24,9 @@ from playwright.async_api import Browser, async_playwright, expect
 
 from bot.devkit.devstack import LocalBaton, start_redis_server
 from bot.devkit.maintainer import Maintainer, eventually
+from bot.domain.jobs import AGENTS, EVENTS
 from bot.domain.model import IssueRef, Run, RunState
 from bot.domain.render import STATUS_MARKER
-from bot.edges.queue import AGENTS, EVENTS
 from bot.edges.store import Store
 from tests.conftest import RedisServer
 

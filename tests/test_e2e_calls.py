@@ -17,9 +17,9 @@ from rq import Queue, Worker
 
 from bot.devkit.devstack import LocalBaton
 from bot.devkit.maintainer import Maintainer, eventually
+from bot.domain.jobs import QUEUES
 from bot.domain.model import RunState
 from bot.domain.render import STATUS_MARKER
-from bot.edges.queue import QUEUES
 from bot.edges.store import Store
 from tests.conftest import RedisServer
 from tests.test_e2e import (  # maintainer and store act on this module's own stack

@@ -24,8 +24,8 @@ from rq.registry import StartedJobRegistry
 
 from bot.devkit.devstack import LocalBaton
 from bot.devkit.maintainer import Maintainer, eventually
+from bot.domain.jobs import EVENTS
 from bot.domain.model import IssueRef, RunState
-from bot.edges.queue import EVENTS
 from bot.edges.store import Store
 from tests.conftest import RedisServer
 from tests.test_e2e import (  # maintainer and store act on this module's own stack

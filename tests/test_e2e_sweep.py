@@ -24,9 +24,10 @@ from rq.job import Job, JobStatus
 
 from bot.devkit.devstack import LocalBaton, Process, descendants, worker_running
 from bot.devkit.maintainer import Maintainer, eventually
+from bot.domain.jobs import AGENTS, EVENTS, orphan_job
 from bot.domain.model import IssueRef, Run, RunState, utcnow
 from bot.edges.github import github_app
-from bot.edges.queue import AGENTS, EVENTS, Dispatcher, orphan_job
+from bot.edges.queue import Dispatcher
 from bot.edges.store import Store
 from bot.ops.settings import Settings
 from tests.conftest import RedisServer

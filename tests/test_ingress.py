@@ -31,7 +31,8 @@ from bot.domain.ingress import (
     session_valid,
     signature_matches,
 )
-from bot.edges.queue import JOB_SPECS, Dispatcher
+from bot.domain.jobs import JOB_SPECS
+from bot.edges.queue import Dispatcher
 from bot.edges.store import INTAKE_STREAM, Store
 from bot.ops.settings import Settings
 from bot.web.app import create_app

@@ -10,10 +10,11 @@ import pytest
 import redis
 from rq import Queue
 
+from bot.domain.jobs import AGENTS, JOB_SPECS, run_issue_job
 from bot.domain.model import IssueRef
 from bot.edges import intake
 from bot.edges.intake import Intake, forward, forward_once
-from bot.edges.queue import AGENTS, JOB_SPECS, Dispatcher, run_issue_job
+from bot.edges.queue import Dispatcher
 from bot.edges.store import IntakeLog, Store
 from bot.ops.settings import Settings
 

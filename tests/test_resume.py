@@ -10,9 +10,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from rq import Queue
 
+from bot.domain.jobs import AGENTS
 from bot.domain.model import IssueRef, Run, RunState
 from bot.domain.resume import Halt, plan_resumes
-from bot.edges.queue import AGENTS, Dispatcher
+from bot.edges.queue import Dispatcher
 from bot.edges.store import Store
 from bot.ops.settings import Settings
 

@@ -23,8 +23,9 @@ from bot.domain.issue_text import (
     queue,
     snapshot,
 )
+from bot.domain.jobs import EVENTS
 from bot.domain.model import IssueRef
-from bot.edges.queue import EVENTS, Dispatcher
+from bot.edges.queue import Dispatcher
 from bot.edges.store import Store
 from bot.ops.settings import Settings
 from bot.web.app import create_app

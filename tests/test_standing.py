@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from bot.devkit.maintainer import Maintainer
+from bot.domain.jobs import review_job
 from bot.domain.model import IssueRef
 from bot.edges.github import GitHubApp
-from bot.edges.queue import Dispatcher, review_job
+from bot.edges.queue import Dispatcher
 from bot.edges.store import Store
 from bot.ops.settings import Settings
 from bot.workflows.standing import labeller, repository_settings, role_of, standing_of

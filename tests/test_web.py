@@ -18,8 +18,9 @@ from rq import Queue
 
 from bot.devkit.devstack import free_port
 from bot.domain.ingress import UnverifiedReads
+from bot.domain.jobs import AGENTS, EVENTS
 from bot.edges.intake import forward_once
-from bot.edges.queue import AGENTS, EVENTS, Dispatcher
+from bot.edges.queue import Dispatcher
 from bot.edges.store import Store
 from bot.ops.settings import Settings, SettingsError
 from bot.web import app as web_module

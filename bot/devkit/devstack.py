@@ -22,8 +22,8 @@ from pathlib import Path
 import redis
 from rq import Worker
 
+from bot.domain.jobs import AGENTS, EVENTS, job_id
 from bot.domain.model import IssueRef
-from bot.edges.queue import AGENTS, EVENTS, job_id
 
 START_TIMEOUT_S = 30.0
 

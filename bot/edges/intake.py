@@ -27,7 +27,8 @@ from types import FrameType
 import redis
 from pydantic import ValidationError
 
-from bot.edges.queue import JOB_SPECS, Dispatcher, JobSpec
+from bot.domain.jobs import JOB_SPECS, JobSpec
+from bot.edges.queue import Dispatcher
 from bot.edges.store import IntakeEntry, IntakeLog, Store
 from bot.ops.settings import load_settings
 

@@ -59,8 +59,9 @@ def cmd_web(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     """Work jobs off Baton's queues; on SIGTERM, hand running work over within the grace."""
     from bot.agents import adapter_for
+    from bot.domain.jobs import QUEUES, RETIRED_QUEUES
     from bot.edges.intake import ForwarderProcess
-    from bot.edges.queue import QUEUES, RETIRED_QUEUES, Dispatcher
+    from bot.edges.queue import Dispatcher
     from bot.ops.worker import BatonWorker
 
     settings = load_settings()

@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 
 from rq.scheduler import RQScheduler
 
+from bot.domain.jobs import QUEUES, orphan_job
 from bot.domain.model import IssueRef, Run
-from bot.edges.queue import QUEUES, orphan_job
 from bot.edges.store import LapsedClaim
 from bot.workflows.services import Services
 from bot.workflows.sweep import sweep

@@ -25,6 +25,7 @@ from bot.domain import render
 from bot.domain.checks import failing_checks
 from bot.domain.classify import Ending, RunFacts
 from bot.domain.issue_text import IssueText, Snapshot
+from bot.domain.jobs import RunMode, run_issue_job
 from bot.domain.model import AgentResult, IssueRef, Run, RunState, utcnow
 from bot.domain.render import Continuation, ReviewComment, ReviewSummary
 from bot.domain.repo_config import CONFIG_PATH, InvalidRepoConfig, apply_repo_config
@@ -40,7 +41,6 @@ from bot.edges.api import (
 )
 from bot.edges.git import GitError, Salvage, Workspace, branch_name, salvage_branch
 from bot.edges.github import GitHubApp, GitHubClient, github_app
-from bot.edges.queue import RunMode, run_issue_job
 from bot.edges.store import Claim, LockLost
 from bot.ops.logs import log_context
 from bot.ops.metrics import agent_usage

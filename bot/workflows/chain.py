@@ -38,11 +38,11 @@ from bot.domain.chains import (
 )
 from bot.domain.classify import RunFacts
 from bot.domain.issue_text import Snapshot, queue, snapshot
+from bot.domain.jobs import RunMode, run_issue_job
 from bot.domain.model import Chain, IssueRef, Run, RunState, utcnow
 from bot.domain.repo_config import InvalidRepoConfig, apply_repo_config
 from bot.edges.api import label_names, load_repo_config, read_issue, read_repository
 from bot.edges.github import GitHubApp, GitHubClient, github_app
-from bot.edges.queue import RunMode, run_issue_job
 from bot.edges.store import Store
 from bot.ops.settings import Settings
 from bot.workflows.conclude import conclude, policy_of, post_status

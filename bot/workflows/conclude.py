@@ -16,12 +16,12 @@ from bot.domain import issue_text as snapshot
 from bot.domain import render
 from bot.domain.budget import Decision, decide, spend
 from bot.domain.classify import RunFacts, classify
+from bot.domain.jobs import JobSpec, RunMode, run_issue_job
 from bot.domain.model import IssueRef, Limits, Policy, Recovery, Run, RunState, utcnow
 from bot.domain.render import CheckSummary
 from bot.domain.resume import Halt, ResumePlan, plan_resumes
 from bot.edges.api import label_names, post_comment, read_issue, upsert_comment
 from bot.edges.github import GitHubClient
-from bot.edges.queue import JobSpec, RunMode, run_issue_job
 from bot.edges.store import Store
 from bot.ops.metrics import ESCALATIONS, HALTS, Tally
 from bot.ops.settings import Settings

@@ -12,11 +12,11 @@ import logging
 from typing import Literal
 
 from bot.domain.commands import Command, Refused, budget_reply, ignored_bot, parse_command
+from bot.domain.jobs import RunMode, run_issue_job
 from bot.domain.model import IssueRef, utcnow
 from bot.domain.render import refusal_comment
 from bot.edges.api import post_comment, read_issue
 from bot.edges.github import GitHubClient, github_app
-from bot.edges.queue import RunMode, run_issue_job
 from bot.workflows.conclude import policy_of, post_status, report
 from bot.workflows.labels import set_state_label
 from bot.workflows.services import Services

@@ -46,12 +46,12 @@ from bot.domain.chains import names_a_chain
 from bot.domain.classify import RunFacts
 from bot.domain.gone import disappearance, moved_elsewhere
 from bot.domain.issue_text import snapshot
+from bot.domain.jobs import queue_chain_job, run_issue_job
 from bot.domain.model import IssueRef, Run, RunState, utcnow
 from bot.domain.pacing import sweep_may_spend
 from bot.domain.repo_config import CONFIG_PATH, InvalidRepoConfig
 from bot.edges.api import label_names, load_repo_config, read_issue, read_pull
 from bot.edges.github import GitHubApp, GitHubClient, github_app
-from bot.edges.queue import queue_chain_job, run_issue_job
 from bot.workflows.conclude import conclude, halted_plan, resume
 from bot.workflows.labels import recorded_labels, sync_labels
 from bot.workflows.services import Services
