@@ -5,8 +5,7 @@ from __future__ import annotations
 from gidgethub.routing import Router
 
 from handlers import checks, comments, issues, pulls, pushes
-from handlers.context import HandlerContext
 
-__all__ = ["HandlerContext", "router"]
+__all__ = ["router"]
 
 router = Router(issues.router, checks.router, pulls.router, comments.router, pushes.router)

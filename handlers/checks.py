@@ -1,13 +1,17 @@
-"""Check events: a result on one of Baton's branches settles the run that pushed it."""
+"""Check events: a result on one of Baton's branches settles the run that pushed it.
+
+A re-run of Baton's own check run is a retry, asked from the pull request's page.
+"""
 
 from __future__ import annotations
 
 from gidgethub.routing import Router
 from gidgethub.sansio import Event
 
-from bot.domain.jobs import settle_head_job
+from bot.domain.commands import ignored_bot
+from bot.domain.jobs import rerun_job, settle_head_job
 from bot.edges.git import BRANCH_PREFIX, SALVAGE_PREFIX
-from handlers.context import HandlerContext
+from bot.web.delivery import HandlerContext
 
 router = Router()
 
@@ -35,6 +39,17 @@ async def check_run_completed(event: Event, ctx: HandlerContext) -> None:
     check_run = event.data["check_run"]
     branch = str((check_run.get("check_suite") or {}).get("head_branch") or "")
     _settle(event, ctx, check_run["head_sha"], [branch])
+
+
+@router.register("check_run", action="rerequested")
+async def check_run_rerequested(event: Event, ctx: HandlerContext) -> None:
+    """Take "Re-run" on Baton's own check run (GitHub sends it no other's) as `/baton retry`."""
+    login, kind = event.data["sender"]["login"], event.data["sender"]["type"]
+    installation_id = ctx.installation_id(event)
+    if installation_id is None or ignored_bot(login, kind, ctx.settings.trusted_bots):
+        return
+    repo, head_sha = event.data["repository"]["full_name"], event.data["check_run"]["head_sha"]
+    ctx.enqueue(rerun_job(installation_id, repo, head_sha, login, kind, event.delivery_id))
 
 
 @router.register("status")

@@ -9,7 +9,7 @@ from gidgethub.sansio import Event
 
 from bot.domain.commands import ignored_bot, parse_command
 from bot.domain.jobs import command_job
-from handlers.context import HandlerContext
+from bot.web.delivery import HandlerContext
 
 log = logging.getLogger(__name__)
 router = Router()

@@ -25,7 +25,7 @@ from bot.domain.jobs import (
     run_issue_job,
     withdrawn_job,
 )
-from handlers.context import HandlerContext
+from bot.web.delivery import HandlerContext
 
 log = logging.getLogger(__name__)
 router = Router()

@@ -11,7 +11,7 @@ from gidgethub.sansio import Event
 from bot.domain.commands import ignored_bot
 from bot.domain.jobs import pull_closed_job, review_job
 from bot.edges.git import BRANCH_PREFIX
-from handlers.context import HandlerContext
+from bot.web.delivery import HandlerContext
 
 log = logging.getLogger(__name__)
 router = Router()

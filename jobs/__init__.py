@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from typing import ParamSpec
@@ -11,6 +12,7 @@ from typing import ParamSpec
 from gidgethub import BadRequest
 
 from bot.domain.model import IssueRef
+from bot.edges.github import InstallationGone
 from bot.edges.queue import Dispatcher
 from bot.edges.store import Store
 from bot.ops.logs import log_context
@@ -18,6 +20,8 @@ from bot.ops.metrics import JOBS, Tally
 from bot.ops.settings import load_settings
 from bot.workflows.services import Services
 from bot.workflows.settle import end_gone_issue
+
+log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 GONE = HTTPStatus.GONE  # GitHub's answer for a deleted issue
@@ -51,6 +55,12 @@ def job(func: Callable[P, str]) -> Callable[P, str]:
         with log_context(job=func.__name__, repo=named.get("repo"), issue=named.get("number")):
             try:
                 outcome = func(*args, **kwargs)
+                return outcome
+            except InstallationGone as exc:
+                # Uninstalled, or named by a delivery for an installation GitHub never had:
+                # nothing can be done for it, now or on a retry.
+                log.warning("nothing done: %s", exc)
+                outcome = "installation-gone"
                 return outcome
             except BadRequest as exc:
                 issue = _issue_named(named)

@@ -1,4 +1,4 @@
-"""The command job: a maintainer's `/baton` comment, carried out and answered."""
+"""The command jobs: a maintainer's `/baton` comment, or a re-run of Baton's check run."""
 
 from __future__ import annotations
 
@@ -15,3 +15,16 @@ def handle_command(installation_id: int, repo: str, number: int, comment_id: int
         steering.handle_command(services(), installation_id, repo, number, comment_id)
     )
     return reaction or "not a command"
+
+
+@job
+def handle_rerun(
+    installation_id: int, repo: str, head_sha: str, login: str, kind: str, delivery_id: str
+) -> str:
+    """Take a re-run of Baton's check run as `/baton retry`; return what it came to."""
+    reaction = asyncio.run(
+        steering.handle_rerun(services(), installation_id, repo, head_sha, login, kind, delivery_id)
+    )
+    if reaction is None:
+        return "ignored"
+    return "retried" if reaction == "+1" else "not retried"

@@ -3,15 +3,15 @@
 Each of those tests runs a CLI exactly as Baton's runner does: a checkout provisioned by
 Baton's Workspace, the issue's own agent home, the jail with its allow-list proxy, and a
 scripted provider (tests/providers/) on loopback playing the model. What does not depend
-on the CLI is here: finding it installed, Baton's side of one issue (`IssueRig`), one run
-of the adapter and what Baton concludes of it (`Outcome`), and the whole loop on a local
-Baton (`to_review`).
+on the CLI is here: the CLI as Baton's settings name it, found installed (`Cli`), Baton's
+side of one issue (`IssueRig`), one run of the adapter and what Baton concludes of it
+(`Outcome`), and the whole loop on a local Baton (`to_review`). A module of one CLI says
+what is particular to it: its `Cli`, its provider, its checks.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -39,19 +39,6 @@ from tests.conftest import RedisServer
 ROOT = Path(__file__).parents[1]
 INSTALL = "bash .ci/install-agent-clis"
 IDENTITY = Identity("Baton", "baton@example.invalid")
-
-
-def installed(cli: Path, name: str, *, with_sandbox: bool = False) -> Path:
-    """Return the pinned CLI at cli; skip (outside CI) or fail (in CI) without it, or,
-    with_sandbox, without a sandbox this machine can build."""
-    problem = None if cli.exists() else f"{name} is not installed: run `{INSTALL}`"
-    if problem is None and with_sandbox:
-        problem = sandbox_problem()
-    if problem is None:
-        return cli
-    if os.environ.get("CI"):
-        pytest.fail(problem)
-    pytest.skip(problem)
 
 
 def credentials(monkeypatch: pytest.MonkeyPatch, env: Mapping[str, str]) -> None:
@@ -125,6 +112,38 @@ class CliAdapter(Protocol):
     def argv(self, request: AgentRequest) -> list[str]: ...
 
 
+@dataclass(frozen=True)
+class Cli:
+    """A real agent CLI as Baton runs it: its name in BATON_AGENT, the adapter Baton picks
+    for it, where its pinned install is (`title` names it when it is not), and the
+    variables Baton passes through to it."""
+
+    agent: str
+    title: str
+    binary: Path
+    adapter: type[CliAdapter]
+    passthrough: tuple[str, ...]
+    with_sandbox: bool = False  # it runs only where this machine can build a sandbox
+
+    def installed(self) -> Cli:
+        """Return the CLI; skip without its install, or, with_sandbox, without a sandbox
+        this machine can build (in CI, tests/conftest.py fails a real-CLI test that skips)."""
+        installed(self.binary, self.title, self.with_sandbox)
+        return self
+
+
+def installed(binary: Path, title: str, with_sandbox: bool = False) -> Path:
+    """Return a CLI's binary; skip without its install, or, with_sandbox, without a sandbox."""
+    problem = None
+    if not binary.exists():
+        problem = f"{title} is not installed: run `{INSTALL}`"
+    elif with_sandbox:
+        problem = sandbox_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    return binary
+
+
 ProviderT = TypeVar("ProviderT", bound=Provider)
 
 
@@ -162,12 +181,9 @@ class IssueRig(Generic[ProviderT]):
         root: Path,
         provider: ProviderT,
         issue: Issue,
+        cli: Cli,
         *,
-        agent: str,
-        cli: Path,
-        adapter: type[CliAdapter],
         public: Collection[HostPort],
-        passthrough: Collection[str],
         number: int = 7,
         wall_clock_minutes: float = 2,
         env: Mapping[str, Any] | None = None,
@@ -175,15 +191,15 @@ class IssueRig(Generic[ProviderT]):
         self.root = root
         self.provider = provider
         self.issue = issue
-        self.adapter = adapter
+        self.adapter = cli.adapter
         self.public = frozenset(public)
         self.number = number
         self.settings = Settings(
             BATON_DATA_DIR=root / "data",
-            BATON_AGENT=agent,
-            BATON_AGENT_BINARY=str(cli),
+            BATON_AGENT=cli.agent,
+            BATON_AGENT_BINARY=str(cli.binary),
             BATON_AGENT_ALLOWED_HOSTS=provider.host_port,
-            BATON_AGENT_PASSTHROUGH_ENV=",".join(passthrough),
+            BATON_AGENT_PASSTHROUGH_ENV=",".join(cli.passthrough),
             BATON_AGENT_WALL_CLOCK_MINUTES=wall_clock_minutes,
             **(env or {}),
         )
@@ -329,9 +345,7 @@ async def to_review(
     workdir: Path,
     redis_server: RedisServer,
     issue: Issue,
-    *,
-    agent: str,
-    cli: Path,
+    cli: Cli,
     provider: Provider,
     env: Mapping[str, str],
 ) -> Reviewed:
@@ -347,8 +361,8 @@ async def to_review(
         redis_url=redis_server.url,
         agent_command="",
         extra_env={
-            "BATON_AGENT": agent,
-            "BATON_AGENT_BINARY": str(cli),
+            "BATON_AGENT": cli.agent,
+            "BATON_AGENT_BINARY": str(cli.binary),
             "BATON_AGENT_ALLOWED_HOSTS": provider.host_port,
             "BATON_AGENT_WALL_CLOCK_MINUTES": "2",
             **env,

@@ -1,16 +1,103 @@
-"""Helpers the tests share: GitHub's own payload examples."""
+"""What the tests share: GitHub's own payload examples, and the Baton stacks of the
+end-to-end tests (tests/test_e2e*.py), every part a real process."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bot.devkit.devstack import LocalBaton, Process
+from bot.domain.jobs import AGENTS, EVENTS
+
 FIXTURES = Path(__file__).parent / "fixtures"
 GITHUB_FIXTURES = FIXTURES / "github"
+SCRIPTED_AGENT = Path(__file__).parent / "agents" / "scripted_agent.py"
+# What a stack of the scripted agent runs with: clocks short enough for a run to settle
+# in seconds, and a lead to escalate to.
+SCRIPTED_ENV = {
+    "BATON_AGENT_WALL_CLOCK_MINUTES": "1",
+    "BATON_MAX_CONTINUATIONS": "1",
+    "BATON_BACKOFF_BASE_SECONDS": "0.2",
+    "BATON_ESCALATION_MENTIONS": "octo-lead",
+    "BATON_RESUME_BUFFER_SECONDS": "0",
+    "BATON_NO_CHECKS_AFTER_SECONDS": "2",
+}
 
 
 def payload(name: str) -> dict[str, Any]:
     """Return one of GitHub's webhook payload examples, e.g. 'issues/labeled.json'."""
     data: dict[str, Any] = json.loads((GITHUB_FIXTURES / "payloads" / name).read_text())
     return data
+
+
+@dataclass(frozen=True)
+class StackSpec:
+    """A test module's own Baton stack, as far as it differs from the others'.
+
+    A module declares it as `STACK` (tests/conftest.py's `stack` starts it). Modules run
+    one after another on a worker, sharing its redis-server: each names a database of
+    its own. The agent runs with base_env, env over it; with machines, every worker
+    stands for a machine of its own, its data directory on a disk no other worker shares.
+    """
+
+    database: int = 0
+    env: Mapping[str, str] = field(default_factory=dict)
+    machines: bool = False
+    agent: Path = SCRIPTED_AGENT
+    workers: int = 2
+    base_env: Mapping[str, str] = field(default_factory=lambda: SCRIPTED_ENV)
+
+    def redis_url(self, server_url: str) -> str:
+        """Return the URL of the stack's own database on the server at server_url."""
+        return server_url.rsplit("/", 1)[0] + f"/{self.database}"
+
+    def start(self, redis_url: str, workdir: Path) -> LocalBaton:
+        """Start the stack in workdir, on the Redis at redis_url; return once all answer."""
+        baton = LocalBaton(
+            workdir=workdir,
+            redis_url=redis_url,
+            agent_command=f"{sys.executable} {self.agent}",
+            extra_env={**self.base_env, **self.env},
+        )
+        baton.start(workers=self.workers)
+        if self.machines:
+            for name in [name for name in baton.processes if name.startswith("worker-")]:
+                baton.processes[name].stop()
+                start_machine(baton, name)
+        return baton
+
+
+def started(redis_url: str, workdir: Path, **env: str) -> LocalBaton:
+    """Start a stack of the scripted agent on the Redis at redis_url, with env's settings."""
+    return StackSpec(env=env).start(redis_url, workdir)
+
+
+def disk(stack: LocalBaton, name: str) -> Path:
+    """Return the data directory of the worker called name: its machine's own disk."""
+    return stack.workdir / "machines" / name
+
+
+def start_machine(
+    stack: LocalBaton, name: str, queues: tuple[str, ...] = (EVENTS, AGENTS)
+) -> Process:
+    """Start the worker called name on its own disk, as on a machine of its own."""
+    return stack.start_worker(name, queues, disk(stack, name))
+
+
+def sweep(stack: LocalBaton) -> str:
+    """Run `baton sweep` as an operator would; return what it printed."""
+    result = subprocess.run(
+        [sys.executable, "-m", "bot", "sweep"],
+        env=stack.baton_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout

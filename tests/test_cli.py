@@ -140,6 +140,11 @@ def test_a_worker_with_the_sandbox_off_says_so_when_it_starts(
         BATON_AGENT_SANDBOX="off",
     )
     assert "BATON_AGENT_SANDBOX=off: agents run uncontained" in result.stderr
+    # A status read on another machine, whose own sandbox is on, still names this worker.
+    elsewhere = baton("status", REDIS_URL=redis_url)
+    warning = next(line for line in elsewhere.stdout.splitlines() if line.startswith("warning:"))
+    assert "Agents run without a sandbox (BATON_AGENT_SANDBOX=off)" in warning
+    assert "Workers reporting it: " in warning
 
 
 @pytest.mark.parametrize(("name", "value"), [("PORT", "eighty"), ("BATON_AGENT", "gpt")])

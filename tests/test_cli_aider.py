@@ -29,12 +29,12 @@ from bot.agents.egress import provider_hosts
 from bot.domain.model import FailureClass, Recovery
 from tests.cli_harness import (
     ROOT,
+    Cli,
     Issue,
     IssueRig,
     Outcome,
     credentials,
     git,
-    installed,
     plain_request,
     to_review,
 )
@@ -58,12 +58,18 @@ from tests.providers.openai_chat import (
     window_closed,
 )
 
-AIDER = ROOT / ".agents" / "aider" / "bin" / "aider"
 REPO = "octo/greeter"
 GPT = "openai/gpt-4o"
 CLAUDE = "anthropic/claude-sonnet-4-5"
 KEYS = {"OPENAI_API_KEY": "sk-proj-scripted", "ANTHROPIC_API_KEY": "sk-ant-api03-scripted"}
-PASSTHROUGH = ("OPENAI_API_BASE", "ANTHROPIC_API_BASE", *KEYS)
+AIDER = Cli(
+    agent="aider",
+    title="aider",
+    binary=ROOT / ".agents" / "aider" / "bin" / "aider",
+    adapter=AiderAdapter,
+    passthrough=("OPENAI_API_BASE", "ANTHROPIC_API_BASE", *KEYS),
+    with_sandbox=True,
+)
 CHECK = "python3 -B check_greeting.py"
 PROJECT = {
     "greeting.txt": "hi\n",
@@ -92,9 +98,9 @@ FIX = edit("greeting.txt", "hi\n", "hello\n")
 
 
 @pytest.fixture(scope="module")
-def aider() -> Path:
+def aider() -> Cli:
     """Return the pinned aider; skip (outside CI) or fail (in CI) without it or a sandbox."""
-    return installed(AIDER, "aider", with_sandbox=True)
+    return AIDER.installed()
 
 
 def reached_through_litellm(monkeypatch: pytest.MonkeyPatch, provider: ScriptedChat) -> None:
@@ -118,7 +124,7 @@ class Rig(IssueRig[ScriptedChat]):
     def __init__(
         self,
         root: Path,
-        aider: Path,
+        aider: Cli,
         provider: ScriptedChat,
         *,
         model: str = GPT,
@@ -129,11 +135,8 @@ class Rig(IssueRig[ScriptedChat]):
             root,
             provider,
             GREETER,
-            agent="aider",
-            cli=aider,
-            adapter=AiderAdapter,
+            aider,
             public=provider_hosts("aider", model),
-            passthrough=PASSTHROUGH,
             number=number,
             wall_clock_minutes=wall_clock_s / 60,
             env={"BATON_AGENT_MODEL": model},
@@ -163,7 +166,7 @@ def kept_out(outcome: Outcome) -> None:
 
 
 async def test_a_file_edited_through_aiders_own_edit_format_is_a_success(
-    tmp_path: Path, aider: Path, provider: ScriptedChat
+    tmp_path: Path, aider: Cli, provider: ScriptedChat
 ) -> None:
     rig = Rig(tmp_path, aider, provider)
     start = await rig.provision()
@@ -191,7 +194,7 @@ async def test_a_file_edited_through_aiders_own_edit_format_is_a_success(
 
 
 async def test_aider_runs_the_projects_tests_and_shell_commands_in_the_jail(
-    tmp_path: Path, aider: Path, provider: ScriptedChat
+    tmp_path: Path, aider: Cli, provider: ScriptedChat
 ) -> None:
     """The project's own `.aider.conf.yml` names its tests; aider runs them after each edit
     and sends a failure back to the model, then runs the commands the model proposes."""
@@ -224,7 +227,7 @@ async def test_aider_runs_the_projects_tests_and_shell_commands_in_the_jail(
 
 
 async def test_a_continuation_restores_the_chat_of_the_run_before(
-    tmp_path: Path, aider: Path, provider: ScriptedChat
+    tmp_path: Path, aider: Cli, provider: ScriptedChat
 ) -> None:
     rig = Rig(tmp_path, aider, provider)
     start = await rig.provision()
@@ -339,13 +342,13 @@ class Batch:
 
 
 @pytest.fixture(scope="module")
-def batch(aider: Path, tmp_path_factory: pytest.TempPathFactory) -> Batch:
+def batch(aider: Cli, tmp_path_factory: pytest.TempPathFactory) -> Batch:
     root = tmp_path_factory.mktemp("at-once")
     with pytest.MonkeyPatch.context() as patch:
         return asyncio.run(_all_at_once(root, aider, patch))
 
 
-async def _all_at_once(root: Path, aider: Path, patch: pytest.MonkeyPatch) -> Batch:
+async def _all_at_once(root: Path, aider: Cli, patch: pytest.MonkeyPatch) -> Batch:
     async with serving() as provider:
         reached_through_litellm(patch, provider)
         rigs = {}
@@ -552,7 +555,7 @@ def test_aider_is_told_its_width_and_kept_off_the_network(tmp_path: Path) -> Non
 
 
 async def test_a_labelled_issue_is_fixed_by_aider_and_goes_to_review(
-    aider: Path, provider: ScriptedChat, redis_server: RedisServer, tmp_path: Path
+    aider: Cli, provider: ScriptedChat, redis_server: RedisServer, tmp_path: Path
 ) -> None:
     """The sandbox GitHub, Baton's web process and a worker, every one a real process; the
     worker runs aider in its jail, which edits the code and runs the check itself."""
@@ -568,9 +571,8 @@ async def test_a_labelled_issue_is_fixed_by_aider_and_goes_to_review(
         tmp_path,
         redis_server,
         GREETER,
-        agent="aider",
-        cli=aider,
-        provider=provider,
+        aider,
+        provider,
         env={
             "BATON_AGENT_MODEL": GPT,
             "BATON_AGENT_PASSTHROUGH_ENV": "OPENAI_API_BASE,OPENAI_API_KEY",

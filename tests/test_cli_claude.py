@@ -27,11 +27,11 @@ from tests.cli_harness import (
     CALC,
     ROOT,
     RUN_TESTS,
+    Cli,
     IssueRig,
     Outcome,
     credentials,
     git,
-    installed,
     to_review,
 )
 from tests.conftest import RedisServer
@@ -50,18 +50,24 @@ from tests.providers.anthropic import (
     window_closed,
 )
 
-CLAUDE = ROOT / ".agents" / "npm" / "node_modules" / ".bin" / "claude"
 REPO, NUMBER, PROJECT = CALC.repo, 7, CALC.files
 BRANCH = CALC.branch_of(NUMBER)
 API_KEY = {"ANTHROPIC_API_KEY": "sk-ant-api03-scripted"}
 # A Claude subscription (`claude setup-token`): its usage windows come as rate-limit headers.
 SUBSCRIPTION = {"CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-scripted"}
+CLAUDE = Cli(
+    agent="claude",
+    title="Claude Code",
+    binary=ROOT / ".agents" / "npm" / "node_modules" / ".bin" / "claude",
+    adapter=ClaudeAdapter,
+    passthrough=("ANTHROPIC_BASE_URL", *API_KEY, *SUBSCRIPTION),
+)
 
 
 @pytest.fixture(scope="module")
-def claude() -> Path:
+def claude() -> Cli:
     """Return the pinned Claude Code CLI; skip (outside CI) or fail (in CI) without it."""
-    return installed(CLAUDE, "Claude Code")
+    return CLAUDE.installed()
 
 
 @pytest.fixture
@@ -70,36 +76,20 @@ async def provider() -> AsyncIterator[ScriptedAnthropic]:
         yield scripted
 
 
-class Rig(IssueRig[ScriptedAnthropic]):
-    """Baton's side of one issue of the calculator, whose agent is Claude Code."""
-
-    def __init__(self, root: Path, claude: Path, provider: ScriptedAnthropic, **env: str) -> None:
-        super().__init__(
-            root,
-            provider,
-            CALC,
-            agent="claude",
-            cli=claude,
-            adapter=ClaudeAdapter,
-            public={ANTHROPIC},
-            passthrough=["ANTHROPIC_BASE_URL", *API_KEY, *SUBSCRIPTION],
-            env=env,
-        )
-
-
+Rig = IssueRig[ScriptedAnthropic]  # Baton's side of one issue of the calculator
 RigFor = Callable[..., Rig]
 
 
 @pytest.fixture
 def rig_for(
-    tmp_path: Path, claude: Path, provider: ScriptedAnthropic, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, claude: Cli, provider: ScriptedAnthropic, monkeypatch: pytest.MonkeyPatch
 ) -> RigFor:
     """Return a maker of Baton's side of one issue, with more settings if given; its
     provider is reached through ANTHROPIC_BASE_URL, and no credential is set yet."""
     for name in (*API_KEY, *SUBSCRIPTION, "ANTHROPIC_AUTH_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("ANTHROPIC_BASE_URL", provider.base_url)
-    return lambda **env: Rig(tmp_path, claude, provider, **env)
+    return lambda **env: Rig(tmp_path, provider, CALC, claude, public={ANTHROPIC}, env=env)
 
 
 @pytest.fixture
@@ -412,7 +402,7 @@ async def test_a_stream_cut_every_time_is_a_transient_failure(
 
 
 async def test_a_labelled_issue_is_fixed_by_claude_code_and_goes_to_review(
-    claude: Path,
+    claude: Cli,
     provider: ScriptedAnthropic,
     redis_server: RedisServer,
     tmp_path: Path,
@@ -429,9 +419,8 @@ async def test_a_labelled_issue_is_fixed_by_claude_code_and_goes_to_review(
         tmp_path,
         redis_server,
         CALC,
-        agent="claude",
-        cli=claude,
-        provider=provider,
+        claude,
+        provider,
         env={
             "BATON_AGENT_PASSTHROUGH_ENV": "ANTHROPIC_BASE_URL,ANTHROPIC_API_KEY",
             "ANTHROPIC_BASE_URL": provider.base_url,

@@ -32,11 +32,11 @@ from tests.cli_harness import (
     CALC,
     ROOT,
     RUN_TESTS,
+    Cli,
     IssueRig,
     Outcome,
     credentials,
     git,
-    installed,
     plain_request,
     to_review,
 )
@@ -57,9 +57,15 @@ from tests.providers.openai_responses import (
     window_closed,
 )
 
-CODEX = ROOT / ".agents" / "npm" / "node_modules" / ".bin" / "codex"
 REPO, PROJECT = CALC.repo, CALC.files
 API_KEY = {"CODEX_API_KEY": "sk-proj-scripted"}
+CODEX = Cli(
+    agent="codex",
+    title="Codex",
+    binary=ROOT / ".agents" / "npm" / "node_modules" / ".bin" / "codex",
+    adapter=CodexAdapter,
+    passthrough=tuple(API_KEY),
+)
 FIX_CALC = (
     "*** Begin Patch\n*** Update File: calc.py\n@@\n def add(a, b):\n"
     "-    return a - b\n+    return a + b\n*** End Patch\n"
@@ -67,9 +73,9 @@ FIX_CALC = (
 
 
 @pytest.fixture(scope="module")
-def codex_cli() -> Path:
+def codex_cli() -> Cli:
     """Return the pinned Codex CLI; skip (outside CI) or fail (in CI) without it."""
-    return installed(CODEX, "Codex")
+    return CODEX.installed()
 
 
 @pytest.fixture
@@ -81,18 +87,9 @@ async def provider() -> AsyncIterator[ScriptedResponses]:
 class Rig(IssueRig[ScriptedResponses]):
     """Baton's side of one issue of the calculator, whose agent is codex."""
 
-    def __init__(self, root: Path, cli: Path, provider: ScriptedResponses, **env: str) -> None:
-        super().__init__(
-            root,
-            provider,
-            CALC,
-            agent="codex",
-            cli=cli,
-            adapter=CodexAdapter,
-            public={OPENAI, CHATGPT},
-            passthrough=API_KEY,
-            env={"BATON_CODEX_BASE_URL": provider.base_url, **env},
-        )
+    def __init__(self, root: Path, cli: Cli, provider: ScriptedResponses, **env: str) -> None:
+        env = {"BATON_CODEX_BASE_URL": provider.base_url, **env}
+        super().__init__(root, provider, CALC, cli, public={OPENAI, CHATGPT}, env=env)
 
 
 RigFor = Callable[..., Rig]
@@ -100,7 +97,7 @@ RigFor = Callable[..., Rig]
 
 @pytest.fixture
 def rig_for(
-    tmp_path: Path, codex_cli: Path, provider: ScriptedResponses, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, codex_cli: Cli, provider: ScriptedResponses, monkeypatch: pytest.MonkeyPatch
 ) -> RigFor:
     """Return a maker of Baton's side of one issue, with more settings if given; its
     provider is reached through BATON_CODEX_BASE_URL."""
@@ -479,7 +476,7 @@ async def test_a_server_error_once_is_retried_by_the_cli_and_the_run_succeeds(ri
 
 
 async def test_a_gateway_without_websockets_is_used_over_https(
-    tmp_path: Path, codex_cli: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, codex_cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     credentials(monkeypatch, API_KEY)
     async with serving(websockets=False) as gateway:
@@ -505,7 +502,7 @@ async def test_a_gateway_without_websockets_is_used_over_https(
 
 
 async def test_a_labelled_issue_becomes_a_green_pull_request_codex_made(
-    tmp_path: Path, codex_cli: Path, provider: ScriptedResponses, redis_server: RedisServer
+    tmp_path: Path, codex_cli: Cli, provider: ScriptedResponses, redis_server: RedisServer
 ) -> None:
     """The sandbox GitHub, Baton's web process and a worker, every one a real process; the
     worker runs codex in its jail, which edits the code and runs the tests itself."""
@@ -519,9 +516,8 @@ async def test_a_labelled_issue_becomes_a_green_pull_request_codex_made(
         tmp_path,
         redis_server,
         CALC,
-        agent="codex",
-        cli=codex_cli,
-        provider=provider,
+        codex_cli,
+        provider,
         env={
             "BATON_CODEX_BASE_URL": provider.base_url,
             "BATON_AGENT_PASSTHROUGH_ENV": ",".join(API_KEY),
@@ -630,3 +626,15 @@ def test_the_endpoint_of_a_base_url_is_let_through_the_proxy(tmp_path: Path) -> 
     )
     with pytest.raises(ValueError, match="BATON_CODEX_BASE_URL"):
         Settings(BATON_DATA_DIR=tmp_path, BATON_CODEX_BASE_URL="gateway.example/v1")
+
+
+@pytest.mark.parametrize(
+    ("data_dir", "tmpdir"),
+    [("/tmp/baton", "/var/tmp"), ("/var/tmp/baton", "/tmp"), ("/srv/baton", "/tmp")],
+)
+def test_the_environment_keeps_codex_home_out_of_its_tmp(data_dir: str, tmpdir: str) -> None:
+    home = Path(data_dir) / "homes" / REPO / "issue-7"
+    request = plain_request(Path(data_dir) / "worktree", home, Path(data_dir) / "run")
+    env = CodexAdapter().environment(request)
+    assert env["CODEX_HOME"] == str(home / "codex")
+    assert env["TMPDIR"] == tmpdir  # codex makes its helpers only in a home outside its tmp

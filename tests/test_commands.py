@@ -22,8 +22,8 @@ from bot.domain.commands import (
     role_rank,
     trusted,
 )
-from bot.domain.lifecycle import request_changes
 from bot.domain.model import IssueRef, Run, RunState
+from bot.domain.plans.settlement import request_changes
 
 # ---------------------------------------------------------------- the rule
 

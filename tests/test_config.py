@@ -39,14 +39,17 @@ max_continuations: 0
 max_resume_reentries: 5
 wall_clock_minutes: 30.5
 max_cost_usd: 12
+monthly_budget_usd: 250
 halt_on_usage_window: false
 strict_preflight: true
 audit: hold
 audit_scope: true
+draft_until_green: true
 escalation_mentions: [octocat, hubot]
 max_concurrent_runs: 2
 required_checks: [test, lint]
 no_checks_after_seconds: 30
+update_branch: true
 steer_min_role: admin
 setup: [npm ci, "sh -c 'make generate'"]
 labels:
@@ -89,14 +92,17 @@ def test_a_full_file_gives_every_value() -> None:
         max_resume_reentries=5,
         wall_clock_minutes=30.5,
         max_cost_usd=12.0,
+        monthly_budget_usd=250.0,
         halt_on_usage_window=False,
         strict_preflight=True,
         audit="hold",
         audit_scope=True,
+        draft_until_green=True,
         escalation_mentions=["octocat", "hubot"],
         max_concurrent_runs=2,
         required_checks=["test", "lint"],
         no_checks_after_seconds=30,
+        update_branch=True,
         steer_min_role="admin",
         setup=["npm ci", "sh -c 'make generate'"],
         labels=LabelsConfig(
@@ -357,6 +363,7 @@ CAPPED = [
     ("max_continuations", "BATON_MAX_CONTINUATIONS", 3, "max_continuations"),
     ("max_resume_reentries", "BATON_MAX_RESUME_REENTRIES", 2, "max_resume_reentries"),
     ("max_cost_usd", "BATON_MAX_COST_USD", 10, "max_cost_usd"),
+    ("monthly_budget_usd", "BATON_MONTHLY_BUDGET_USD", 100, "monthly_budget_usd"),
     (
         "max_concurrent_runs",
         "BATON_MAX_CONCURRENT_RUNS_PER_REPO",
@@ -368,7 +375,7 @@ CAPPED = [
 ]
 
 
-FLOAT_KEYS = {"max_cost_usd", "wall_clock_minutes"}
+FLOAT_KEYS = {"max_cost_usd", "monthly_budget_usd", "wall_clock_minutes"}
 
 
 def file_setting(key: str, value: int) -> RepoConfig:
@@ -410,6 +417,7 @@ def test_a_file_raising_a_limit_is_refused_and_the_limit_kept(
     ("key", "setting"),
     [
         ("max_cost_usd", "max_cost_usd"),
+        ("monthly_budget_usd", "monthly_budget_usd"),
         ("max_concurrent_runs", "max_concurrent_runs_per_repo"),
         ("agent.max_turns", "agent_max_turns"),
     ],

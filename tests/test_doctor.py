@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +25,7 @@ from bot.ops.doctor import (
     MIN_FREE_BYTES,
     Finding,
     check_agent,
+    check_other_agents,
     exit_code,
     fail,
     judge_agent_version,
@@ -43,6 +46,7 @@ from bot.ops.doctor import (
     warn,
 )
 from bot.ops.settings import Settings
+from tests.cli_harness import installed
 
 # ---------------------------------------------------------------- judgements
 
@@ -401,6 +405,19 @@ async def test_a_worker_without_bwrap_fails_the_sandbox(
     assert not [line for line in lines if "sandbox probe" in line]  # nothing to probe
 
 
+async def test_another_cli_outside_its_tested_range_is_a_warning(
+    deployment: dict[str, str], tmp_path: Path
+) -> None:
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    codex = fake_cli(tools, "echo 'codex-cli 0.200.1'", "codex")
+    code, lines = await doctor({**deployment, "PATH": f"{tools}:{deployment['PATH']}"}, tmp_path)
+    assert code == 0, lines
+    assert line_of(lines, "agent") == f"ok   agent: command: {shutil.which('true')}"
+    other = line_of(lines, "other agent")
+    assert other.startswith(f"warn other agent: codex 0.200.1 at {codex} is outside the range")
+
+
 async def test_a_sandbox_turned_off_is_a_warning(
     deployment: dict[str, str], tmp_path: Path
 ) -> None:
@@ -414,7 +431,13 @@ async def test_a_sandbox_turned_off_is_a_warning(
 
 # ---------------------------------------------------------------- the agent CLI's version
 
-CLAUDE = Path(__file__).parents[1] / ".agents" / "npm" / "node_modules" / ".bin" / "claude"
+ROOT = Path(__file__).parents[1]
+# Where .ci/install-agent-clis puts each pinned CLI, and what its tests call it.
+INSTALLED_CLIS = {
+    "claude": (ROOT / ".agents" / "npm" / "node_modules" / ".bin" / "claude", "Claude Code"),
+    "codex": (ROOT / ".agents" / "npm" / "node_modules" / ".bin" / "codex", "Codex"),
+    "aider": (ROOT / ".agents" / "aider" / "bin" / "aider", "aider"),
+}
 
 
 def test_an_agent_cli_outside_its_tested_range_is_a_warning() -> None:
@@ -442,30 +465,95 @@ def test_an_agent_cli_outside_its_tested_range_is_a_warning() -> None:
     assert garbled.status == "warn" and "said 'Claude Code'" in garbled.detail
 
 
-def fake_cli(tmp_path: Path, script: str) -> Path:
-    cli = tmp_path / "claude"
+def fake_cli(tmp_path: Path, script: str, name: str = "claude") -> Path:
+    cli = tmp_path / name
     cli.write_text(f"#!/bin/sh\n{script}\n")
     cli.chmod(0o755)
     return cli
 
 
-def agent_settings(tmp_path: Path, binary: Path) -> Settings:
+def agent_settings(tmp_path: Path, binary: Path, agent: str = "claude") -> Settings:
     return Settings(
-        BATON_DATA_DIR=tmp_path / "data", BATON_AGENT="claude", BATON_AGENT_BINARY=str(binary)
+        BATON_DATA_DIR=tmp_path / "data", BATON_AGENT=agent, BATON_AGENT_BINARY=str(binary)
     )
 
 
-def test_the_installed_claude_code_is_the_tested_version(tmp_path: Path) -> None:
-    if not CLAUDE.exists():
-        reason = "Claude Code is not installed: run `bash .ci/install-agent-clis`"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    version, accepted = TESTED_VERSIONS["claude"]
-    found = check_agent(agent_settings(tmp_path, CLAUDE))
+@pytest.mark.real_cli
+@pytest.mark.parametrize("agent", sorted(INSTALLED_CLIS))
+def test_the_installed_cli_is_the_tested_version(agent: str, tmp_path: Path) -> None:
+    cli = installed(*INSTALLED_CLIS[agent])
+    version, accepted = TESTED_VERSIONS[agent]
+    found = check_agent(agent_settings(tmp_path, cli, agent))
     assert found == ok(
-        "agent", f"claude {version}: {CLAUDE} (tested with {version}, accepted {accepted})"
+        "agent", f"{agent} {version}: {cli} (tested with {version}, accepted {accepted})"
     )
+
+
+TESTED_IN_DOCS = re.compile(r"Tested with \*\*(\S+)\*\*; `baton doctor` accepts \*\*(\S+)\*\*")
+
+
+def test_the_pins_the_docs_and_the_doctor_name_the_same_versions() -> None:
+    script = (ROOT / ".ci" / "install-agent-clis").read_text()
+    pins = dict(re.findall(r"^([A-Z_]+)_VERSION=(\S+)$", script, re.MULTILINE))
+    assert {
+        "claude": pins.pop("CLAUDE_CODE"),
+        "codex": pins.pop("CODEX"),
+        "aider": pins.pop("AIDER"),
+    } == {agent: version for agent, (version, _) in TESTED_VERSIONS.items()}
+    assert pins == {}  # no CLI is pinned that the doctor does not know
+    documented = {}
+    sections = re.split(r"^## ", (ROOT / "docs" / "agents.md").read_text(), flags=re.MULTILINE)
+    for section in sections[1:]:
+        heading = section.splitlines()[0]
+        said = TESTED_IN_DOCS.search(section)
+        if said is not None:
+            documented[heading] = (said.group(1), said.group(2))
+    assert documented == {
+        "Claude Code": TESTED_VERSIONS["claude"],
+        "Codex": TESTED_VERSIONS["codex"],
+        "aider": TESTED_VERSIONS["aider"],
+    }
+
+
+def test_in_ci_a_real_cli_test_that_would_skip_fails(tmp_path: Path) -> None:
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    missing = tmp_path / "no-such-cli"
+    (tmp_path / "test_cli_fake.py").write_text(  # as the real ones do, in a fixture
+        "from pathlib import Path\n\nimport pytest\n\nfrom tests.cli_harness import installed\n\n\n"
+        "@pytest.fixture\ndef cli() -> Path:\n"
+        f"    return installed(Path({str(missing)!r}), 'Fake')\n\n\n"
+        "def test_the_fake_cli(cli: Path) -> None:\n    pass\n"
+    )
+    (tmp_path / "test_other.py").write_text(
+        "import pytest\n\n\n"
+        "@pytest.mark.real_cli\ndef test_marked() -> None:\n    pytest.skip('not here')\n\n\n"
+        "def test_unmarked() -> None:\n    pytest.skip('may skip')\n"
+    )
+
+    plugins = ["-p", "tests.conftest", "-p", "no:cacheprovider"]
+    argv = [sys.executable, "-m", "pytest", *plugins, "-c", str(tmp_path / "pytest.ini")]
+
+    def pytest_in(env: dict[str, str]) -> str:
+        done = subprocess.run(
+            [*argv, "-rA", str(tmp_path)],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return done.stdout
+
+    outside = pytest_in({"CI": ""})
+    assert "3 skipped" in outside, outside
+    assert "Fake is not installed: run `bash .ci/install-agent-clis`" in outside
+    in_ci = pytest_in({"CI": "1"})
+    assert "1 failed, 1 skipped, 1 error" in in_ci, in_ci
+    assert (
+        "test_cli_fake.py::test_the_fake_cli may not skip in CI (CI=1): "
+        "Fake is not installed: run `bash .ci/install-agent-clis`"
+    ) in in_ci
+    assert "test_other.py::test_marked may not skip in CI (CI=1): not here" in in_ci
 
 
 def test_a_cli_version_outside_the_range_or_no_answer_warns(
@@ -478,3 +566,30 @@ def test_a_cli_version_outside_the_range_or_no_answer_warns(
     assert hung.status == "warn" and "failed or did not answer" in hung.detail
     failing = check_agent(agent_settings(tmp_path, fake_cli(tmp_path, "exit 3")))
     assert failing.status == "warn"
+
+
+def test_the_other_clis_a_repository_may_pick_are_checked_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    on_path = tmp_path / "bin"
+    on_path.mkdir()
+    codex = fake_cli(on_path, "echo 'codex-cli 9.9.9'", "codex")
+    aider = fake_cli(on_path, "echo 'aider 0.86.5'", "aider")
+    monkeypatch.setenv("PATH", f"{on_path}:/usr/bin:/bin")
+    command = Settings(BATON_DATA_DIR=tmp_path / "data", BATON_AGENT_COMMAND="true")
+    outside, within = check_other_agents(command)  # no claude: no line for it
+    assert outside.check == within.check == "other agent"
+    assert outside.status == "warn"
+    assert f"codex 9.9.9 at {codex} is outside the range Baton is tested with" in outside.detail
+    assert within == ok(
+        "other agent", f"aider 0.86.5: {aider} (tested with 0.86.2, accepted 0.86.x)"
+    )
+    assert check_other_agents(agent_settings(tmp_path, codex, "codex")) == [within]
+    installs = tmp_path / "node_modules" / ".bin"  # claude and codex side by side, off PATH
+    installs.mkdir(parents=True)
+    claude = fake_cli(installs, "echo '2.1.197 (Claude Code)'")
+    beside = fake_cli(installs, "echo 'codex-cli 0.171.3'", "codex")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert check_other_agents(agent_settings(tmp_path, claude)) == [
+        ok("other agent", f"codex 0.171.3: {beside} (tested with 0.171.0, accepted 0.171.x)")
+    ]

@@ -12,13 +12,12 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-import redis
 from gidgethub import GitHubBroken
 from playwright.async_api import Browser, async_playwright, expect
 
@@ -28,9 +27,10 @@ from bot.domain.jobs import AGENTS, EVENTS
 from bot.domain.model import IssueRef, Run, RunState
 from bot.domain.render import STATUS_MARKER
 from bot.edges.store import Store
+from tests.claude_stream import DENIED, claude_code_said
 from tests.conftest import RedisServer
+from tests.support import StackSpec, started
 
-AGENT = Path(__file__).parent / "agents" / "scripted_agent.py"
 CI_CHECKS_GREETING = "#!/bin/sh\nset -e\ngrep -q 'hello' greeting.txt\n"
 PROJECT = {"README.md": "# demo\n", ".sandbox/ci": CI_CHECKS_GREETING, "greeting.txt": "hi\n"}
 GREETING_FIX = "agent: write greeting.txt hello"
@@ -47,35 +47,7 @@ CHROMIUM_ARGS = [
 _names = itertools.count(1)
 
 
-def started(redis_url: str, workdir: Path, **env: str) -> LocalBaton:
-    baton = LocalBaton(
-        workdir=workdir,
-        redis_url=redis_url,
-        agent_command=f"{sys.executable} {AGENT}",
-        extra_env={
-            "BATON_AGENT_WALL_CLOCK_MINUTES": "1",
-            "BATON_MAX_CONTINUATIONS": "1",
-            "BATON_BACKOFF_BASE_SECONDS": "0.2",
-            "BATON_ESCALATION_MENTIONS": "octo-lead",
-            "BATON_RESUME_BUFFER_SECONDS": "0",
-            "BATON_NO_CHECKS_AFTER_SECONDS": "2",
-            **env,
-        },
-    )
-    baton.start(workers=2)
-    return baton
-
-
-@pytest.fixture(scope="module")
-def stack(
-    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalBaton]:
-    redis.Redis.from_url(redis_server.url).flushall()
-    baton = started(
-        redis_server.url, tmp_path_factory.mktemp("e2e"), BATON_OPERATOR_TOKEN=OPERATOR_TOKEN
-    )
-    yield baton
-    baton.stop()
+STACK = StackSpec(database=0, env={"BATON_OPERATOR_TOKEN": OPERATOR_TOKEN})
 
 
 @pytest.fixture
@@ -632,7 +604,13 @@ async def test_a_maintainer_stops_a_live_run_and_its_work_is_kept(
 
     await eventually(sleeping, "the agent's commit", 60)
     await stop(maintainer, repo, number)
-    run = await eventually(lambda: run_state(store, repo, number, RunState.KILLED), "the stop", 30)
+
+    async def stopped_and_classified() -> Run | None:
+        # The run is recorded killed first, then classified by the same job.
+        run = await run_state(store, repo, number, RunState.KILLED)
+        return run if run is not None and run.failure_class is not None else None
+
+    run = await eventually(stopped_and_classified, "the stop", 30)
     assert run.failure_class == "admin-kill"
     assert run.agent_result is not None and run.agent_result.stop_reason == "cancelled"
     transcript = run.agent_result.transcript_path.read_text()
@@ -975,7 +953,8 @@ async def test_the_status_page_shows_a_green_run_and_its_pull_request_in_a_brows
     stack: LocalBaton, maintainer: Maintainer, store: Store, browser: Browser
 ) -> None:
     repo = await new_repo(maintainer, stack)
-    number = await queued_issue(maintainer, repo, "Greet the operator", GREETING_FIX)
+    said = f"{GREETING_FIX}\n{claude_code_said()}"  # the agent's transcript: Claude Code's shape
+    number = await queued_issue(maintainer, repo, "Greet the operator", said)
     run = await eventually(
         lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the run going green", 90
     )
@@ -986,6 +965,9 @@ async def test_the_status_page_shows_a_green_run_and_its_pull_request_in_a_brows
     page = await operator.new_page()
     await page.goto(f"{stack.web_url}/status?token={OPERATOR_TOKEN}")
     assert page.url == f"{stack.web_url}/status"  # the token left the address bar
+    cookies = await operator.cookies()
+    assert [c["name"] for c in cookies] == ["baton_operator"]
+    assert all(OPERATOR_TOKEN not in c["value"] for c in cookies)  # a signed session instead
     await expect(page.get_by_role("heading", name="Baton status")).to_be_visible()
     await expect(page.get_by_role("region", name="Repositories")).to_contain_text(repo)
     completions = page.get_by_role("region", name="Recent completions")
@@ -996,6 +978,24 @@ async def test_the_status_page_shows_a_green_run_and_its_pull_request_in_a_brows
     await expect(pull_link).to_have_attribute("href", run.pr_url)
     assert OPERATOR_TOKEN not in await page.content()
     await page.screenshot(path=ARTIFACTS / "status-page.png", full_page=True)
+
+    await row.get_by_role("link", name="transcript").click()
+    await expect(page.get_by_role("heading", level=1)).to_have_text(
+        f"Transcript of {repo}#{number}, attempt 1"
+    )
+    call = page.locator("details.tool").filter(has_text="cat greeting.txt")
+    await expect(call).to_have_js_property("open", False)  # folded: its output a click away
+    await expect(call.locator("pre.output")).to_be_hidden()
+    await call.locator("summary").click()
+    await expect(call.locator("pre.output")).to_have_text("hi there")
+    refused = page.locator("details.tool.denied")
+    await expect(refused.locator("summary")).to_contain_text(DENIED)
+    await expect(refused.locator("summary .badge")).to_have_text("denied")
+    denial = page.locator(".notice.denial")
+    await expect(denial).to_have_text(f"Denied Bash: {DENIED}")
+    await expect(denial).to_have_css("background-color", "rgb(255, 241, 229)")  # highlighted
+    await page.screenshot(path=ARTIFACTS / "transcript.png", full_page=True)
+    await page.go_back()
 
     await pull_link.click()
     await expect(page).to_have_url(run.pr_url)

@@ -10,19 +10,17 @@ show comes without its `patch`.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
 import pytest
-import redis
 
 from bot.devkit.devstack import LocalBaton
 from bot.devkit.maintainer import Maintainer, eventually
 from bot.domain.model import Run, RunState
 from bot.domain.render import AUDIT_HEADING, ESCALATION_MARKER, STATUS_MARKER
 from bot.edges.store import Store
-from tests.conftest import RedisServer
+from tests.support import StackSpec
 from tests.test_e2e import (  # maintainer and store act on this module's own stack
     OPERATOR_TOKEN,
     _labels_are,
@@ -31,7 +29,6 @@ from tests.test_e2e import (  # maintainer and store act on this module's own st
     new_repo,
     queued_issue,
     run_state,
-    started,
     store,
 )
 
@@ -78,15 +75,7 @@ LOOSENED = TEST.replace(
 )
 
 
-@pytest.fixture(scope="module")
-def stack(
-    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalBaton]:
-    url = redis_server.url.rsplit("/", 1)[0] + "/11"  # its own Redis database
-    redis.Redis.from_url(url).flushdb()
-    baton = started(url, tmp_path_factory.mktemp("audit"), BATON_OPERATOR_TOKEN=OPERATOR_TOKEN)
-    yield baton
-    baton.stop()
+STACK = StackSpec(database=11, env={"BATON_OPERATOR_TOKEN": OPERATOR_TOKEN})
 
 
 async def _green(store: Store, repo: str, number: int) -> Run:

@@ -9,7 +9,8 @@ from bot.devkit.maintainer import Maintainer, eventually
 from bot.domain.chains import STACK_MARKER
 from bot.domain.model import IssueRef, Run, RunState
 from bot.edges.store import Store
-from tests.test_e2e import (  # the module's own stack, started and stopped with it
+from tests.test_e2e import (  # a stack of its own, declared as test_e2e.py's is
+    STACK,
     _attempt_state,
     _comment_saying,
     _labels_are,
@@ -18,12 +19,11 @@ from tests.test_e2e import (  # the module's own stack, started and stopped with
     new_repo,
     queued_issue,
     run_state,
-    stack,
     store,
     webhooks_lost,
 )
 
-__all__ = ["maintainer", "stack", "store"]  # fixtures this module uses
+__all__ = ["STACK", "maintainer", "store"]  # its stack's declaration, and fixtures it uses
 
 # CI fails while two.txt says "broken"; every other head passes.
 CI = "#!/bin/sh\n! grep -q broken two.txt 2>/dev/null\n"

@@ -4,17 +4,13 @@ and the deployment's limits it cannot raise."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-
-import pytest
-import redis
 
 from bot.devkit.devstack import LocalBaton
 from bot.devkit.maintainer import Maintainer, eventually
 from bot.domain.model import RunState
 from bot.edges.store import Store
 from bot.web.app import QUEUE_LABELS_REFRESH_S
-from tests.conftest import RedisServer
+from tests.support import StackSpec
 from tests.test_e2e import (  # maintainer and store act on this module's own stack
     GREETING_FIX,
     PROJECT,
@@ -26,23 +22,14 @@ from tests.test_e2e import (  # maintainer and store act on this module's own st
     new_repo,
     queued_issue,
     run_state,
-    started,
     store,
 )
 
 __all__ = ["maintainer", "store"]  # fixtures this module uses
 
 
-@pytest.fixture(scope="module")
-def stack(
-    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalBaton]:
-    # Its own Redis database; a deployment that runs a repository's own setup commands.
-    url = redis_server.url.rsplit("/", 1)[0] + "/4"
-    redis.Redis.from_url(url).flushdb()
-    baton = started(url, tmp_path_factory.mktemp("config"), BATON_ALLOW_REPO_COMMANDS="true")
-    yield baton
-    baton.stop()
+# A deployment that runs a repository's own setup commands.
+STACK = StackSpec(database=4, env={"BATON_ALLOW_REPO_COMMANDS": "true"})
 
 
 async def test_setup_commands_prepare_the_worktree_before_the_agent(

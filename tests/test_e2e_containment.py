@@ -10,25 +10,25 @@ the three network policies, and the run must still end as a green pull request.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import os
 import subprocess
-import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
-import redis
 from aiohttp import web
 
 from bot.devkit.devstack import LocalBaton
 from bot.devkit.maintainer import Maintainer, eventually
-from bot.domain.model import IssueRef, RunState
+from bot.domain.model import IssueRef, Run, RunState
 from bot.edges.git import MIRROR_CONFIG
 from bot.edges.store import Store
-from tests.conftest import RedisServer
+from tests.support import StackSpec
 
 AGENT = Path(__file__).parent / "agents" / "escape_agent.py"
 PROJECT = {
@@ -38,26 +38,28 @@ PROJECT = {
 }
 
 
-@pytest.fixture(scope="module", params=["allowlist", "open", "none"])
-def stack(
-    request: pytest.FixtureRequest,
-    redis_server: RedisServer,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[LocalBaton]:
-    redis.Redis.from_url(redis_server.url).flushall()
-    baton = LocalBaton(
-        workdir=tmp_path_factory.mktemp(f"containment-{request.param}"),
-        redis_url=redis_server.url,
-        agent_command=f"{sys.executable} {AGENT}",
-        extra_env={
-            "BATON_AGENT_NETWORK": request.param,
-            "BATON_AGENT_WALL_CLOCK_MINUTES": "1",
-            "BATON_MAX_ATTEMPTS": "1",
-        },
-    )
-    baton.start(workers=1)
-    yield baton
-    baton.stop()
+NETWORKS = ["allowlist", "open", "none"]
+# Each test runs under each network policy: on a stack of one worker, trying once.
+pytestmark = pytest.mark.parametrize(
+    "stack",
+    [
+        StackSpec(
+            database=0,
+            env={
+                "BATON_AGENT_NETWORK": network,
+                "BATON_AGENT_WALL_CLOCK_MINUTES": "1",
+                "BATON_MAX_ATTEMPTS": "1",
+            },
+            agent=AGENT,
+            workers=1,
+            base_env={},
+        )
+        for network in NETWORKS
+    ],
+    ids=NETWORKS,
+    indirect=True,
+    scope="module",
+)
 
 
 @pytest.fixture
@@ -83,6 +85,30 @@ async def attacker() -> AsyncIterator[tuple[str, list[str]]]:
 def bare_repo(stack: LocalBaton, repo: str) -> Path:
     name = repo.split("/")[1]
     return next((stack.workdir / "sandbox").rglob(f"{name}.git"))
+
+
+def mirror_state(mirror: Path) -> str:
+    """Return a hash of the mirror's config and hooks: what could run or redirect Baton's git."""
+    digest = hashlib.sha256()
+    hooks = mirror / "hooks"
+    for path in [mirror / "config", *(sorted(hooks.rglob("*")) if hooks.is_dir() else [])]:
+        digest.update(str(path.relative_to(mirror)).encode() + b"\0")
+        if path.is_symlink():
+            digest.update(b"link:" + os.readlink(path).encode())
+        elif path.is_file():
+            digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def tip(bare: Path, branch: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(bare), "rev-parse", "--verify", "-q", f"refs/heads/{branch}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout.strip()
 
 
 def show(bare: Path, ref: str, path: str) -> str:
@@ -124,13 +150,28 @@ async def test_every_escape_fails_and_the_run_still_ends_green(
         number = int(issue["number"])
         await maintainer.add_label(repo, number, "baton:queue")
         ref = IssueRef(installation_id=1, repo=repo, number=number)
+        mirror = stack.workdir / "baton" / "mirrors" / f"{repo}.git"
 
-        async def green() -> Any:
+        def latest() -> Run | None:
             run = store.latest_run(ref)
             if run is not None and run.state in (RunState.FAILED, RunState.NO_CHANGE):
                 raise AssertionError(f"the run ended {run.state}: {run.reason}\n{stack.logs()}")
+            return run
+
+        async def just_pushed() -> str | None:
+            """The mirror's state as soon as Baton's push of the agent's work is on GitHub."""
+            run = latest()
+            if run is None or run.head_sha is None:
+                return None
+            if tip(bare_repo(stack, repo), run.branch) != run.head_sha:
+                return None
+            return mirror_state(mirror)
+
+        async def green() -> Any:
+            run = latest()
             return run if run is not None and run.state is RunState.PUSHED_GREEN else None
 
+        after_push = await eventually(just_pushed, "Baton's push of the agent's work", within=90)
         run = await eventually(green, "the escaping agent's run going green", within=90)
         pulls = await maintainer.pulls(repo)
 
@@ -162,8 +203,8 @@ async def test_every_escape_fails_and_the_run_still_ends_green(
 
     # Baton's own git honoured nothing the agent set: its mirror is as Baton wrote it, no
     # hook or filter of the agent's ran outside the sandbox, and no push went elsewhere.
-    mirror = stack.workdir / "baton" / "mirrors" / f"{repo}.git"
     assert (mirror / "config").read_text() == MIRROR_CONFIG
+    assert mirror_state(mirror) == after_push  # and was so right after the push, too
     assert not (mirror / "hooks").exists() or not any((mirror / "hooks").iterdir())
     assert not marker.exists()
     run_dir = stack.workdir / "baton" / "runs" / repo / str(number) / "1"

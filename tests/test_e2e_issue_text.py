@@ -8,11 +8,9 @@ edited; the continuation's brief then shows whether the edit reached the agent.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 
 from bot.devkit.devstack import LocalBaton
 from bot.devkit.maintainer import Maintainer, eventually
@@ -22,7 +20,7 @@ from bot.domain.render import STATUS_MARKER
 from bot.edges.store import Store
 from bot.sandbox.auth import ADMIN_LOGIN
 from bot.sandbox.references import closing_references, mentions
-from tests.conftest import RedisServer
+from tests.support import StackSpec
 from tests.test_e2e import (  # maintainer and store act on this module's own stack
     _attempt_state,
     _issue_closed,
@@ -30,7 +28,6 @@ from tests.test_e2e import (  # maintainer and store act on this module's own st
     maintainer,
     new_repo,
     run_state,
-    started,
     store,
 )
 
@@ -39,15 +36,7 @@ __all__ = ["maintainer", "store"]  # fixtures this module uses
 AUTHOR = "octo-author"  # opened the issue; no role on the repository
 
 
-@pytest.fixture(scope="module")
-def stack(
-    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalBaton]:
-    url = redis_server.url.rsplit("/", 1)[0] + "/7"
-    redis.Redis.from_url(url).flushdb()
-    baton = started(url, tmp_path_factory.mktemp("issue-text"))
-    yield baton
-    baton.stop()
+STACK = StackSpec(database=7)
 
 
 # The first attempt fails CI, slowly enough for the issue to be edited while it runs;
@@ -181,3 +170,43 @@ async def test_a_chain_link_works_from_its_text_as_read_when_the_chain_was_queue
     )
     assert "edited text" not in brief(stack, repo, links[1], run.attempt)
     assert await file_on(maintainer, repo, "said.txt", run.branch) == "queued text"
+
+
+async def set_issue_state(user: Maintainer, repo: str, number: int, state: str) -> None:
+    await user.gh.patch(
+        "/repos/{+repo}/issues/{number}", {"repo": repo, "number": number}, data={"state": state}
+    )
+
+
+async def test_a_retry_after_the_author_closes_and_reopens_works_from_the_text_as_queued(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack)
+    author = maintainer.as_user(AUTHOR)
+    queued = (
+        "agent@1: sleep 30\nagent: write greeting.txt hello\nagent: write said.txt queued text\n"
+    )
+    number = int((await author.open_issue(repo, "Greet properly", queued))["number"])
+    await maintainer.add_label(repo, number, "baton:queue")
+    await eventually(lambda: run_state(store, repo, number, RunState.RUNNING), "the first attempt")
+
+    edited = queued.replace("queued text", "edited text") + "agent: write extra.txt the edit's\n"
+    await author.edit_issue(repo, number, body=edited)
+    said = f"changed since it was queued, by `{AUTHOR}`, and those changes are not taken in"
+    await eventually(lambda: status_saying(maintainer, repo, number, said), "the edit noted")
+    # GitHub lets the author close their own issue: that stops the run, steering or not.
+    await set_issue_state(author, repo, number, "closed")
+    await eventually(lambda: run_state(store, repo, number, RunState.KILLED), "the stop", 30)
+    await set_issue_state(author, repo, number, "open")
+
+    await maintainer.comment(repo, number, "/baton retry")
+    run = await eventually(
+        lambda: _attempt_state(store, repo, number, 2, RunState.PUSHED_GREEN),
+        "the retried attempt going green",
+        90,
+    )
+    second = brief(stack, repo, number, 2)
+    assert "queued text" in second
+    assert "edited text" not in second and "extra.txt" not in second
+    assert await file_on(maintainer, repo, "said.txt", run.branch) == "queued text"
+    assert sorted(run.changed_files) == ["greeting.txt", "said.txt"]

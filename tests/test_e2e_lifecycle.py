@@ -10,10 +10,8 @@ import asyncio
 import json
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from gidgethub import BadRequest
 
 from bot.devkit.devstack import LocalBaton, Process, descendants, worker_running
@@ -22,7 +20,7 @@ from bot.domain.model import Budget, IssueRef, Run, RunState
 from bot.edges.git import salvage_branch
 from bot.edges.store import Store
 from bot.workflows.attempt import INTERRUPTED
-from tests.conftest import RedisServer
+from tests.support import StackSpec, start_machine
 from tests.test_e2e import (  # maintainer and store act on this module's own stack
     _attempt_state,
     _labels_are,
@@ -31,12 +29,7 @@ from tests.test_e2e import (  # maintainer and store act on this module's own st
     queued_issue,
     store,
 )
-from tests.test_e2e_sweep import (
-    continued_after_a_death,
-    made_on,
-    start_machine,
-    started_on_machines,
-)
+from tests.test_e2e_sweep import ON_MACHINES, continued_after_a_death, made_on
 
 __all__ = ["maintainer", "store"]  # fixtures this module uses
 
@@ -44,13 +37,7 @@ GRACE_S = 25  # BATON_SHUTDOWN_GRACE_SECONDS's default, which this stack keeps
 HEROKU_KILL_S = 30  # Heroku: "the process has 30 seconds to shut down cleanly" after SIGTERM
 
 
-@pytest.fixture(scope="module")
-def stack(
-    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalBaton]:
-    baton = started_on_machines(redis_server, tmp_path_factory.mktemp("lifecycle"), 13)
-    yield baton
-    baton.stop()
+STACK = StackSpec(database=13, env=ON_MACHINES, machines=True)
 
 
 async def branch_tip(maintainer: Maintainer, repo: str, branch: str) -> str | None:

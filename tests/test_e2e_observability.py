@@ -4,27 +4,23 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
-import redis
 
 from bot.devkit.devstack import LocalBaton
 from bot.devkit.maintainer import Maintainer, eventually
 from bot.domain.model import RunState
 from bot.edges.store import Store
 from bot.ops.metrics import CONTENT_TYPE
-from tests.conftest import RedisServer
+from tests.support import StackSpec
 from tests.test_e2e import (  # maintainer and store act on this module's own stack
     GREETING_FIX,
     maintainer,
     new_repo,
     queued_issue,
     run_state,
-    started,
     store,
 )
 from tests.test_metrics import samples
@@ -35,17 +31,7 @@ OPERATOR_TOKEN = "operator-" + secrets.token_hex(16)
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-@pytest.fixture(scope="module")
-def stack(
-    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalBaton]:
-    url = redis_server.url.rsplit("/", 1)[0] + "/3"
-    redis.Redis.from_url(url).flushdb()
-    baton = started(
-        url, tmp_path_factory.mktemp("observability"), BATON_OPERATOR_TOKEN=OPERATOR_TOKEN
-    )
-    yield baton
-    baton.stop()
+STACK = StackSpec(database=3, env={"BATON_OPERATOR_TOKEN": OPERATOR_TOKEN})
 
 
 async def scrape(stack: LocalBaton) -> Samples:

@@ -10,14 +10,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import subprocess
-import sys
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
-import pytest
 import redis
 from rq import Queue
 from rq.registry import StartedJobRegistry
@@ -27,7 +23,7 @@ from bot.devkit.maintainer import Maintainer, eventually
 from bot.domain.jobs import EVENTS
 from bot.domain.model import IssueRef, RunState
 from bot.edges.store import Store
-from tests.conftest import RedisServer
+from tests.support import StackSpec, sweep
 from tests.test_e2e import (  # maintainer and store act on this module's own stack
     GREETING_FIX,
     _attempt_state,
@@ -38,7 +34,6 @@ from tests.test_e2e import (  # maintainer and store act on this module's own st
     new_repo,
     queued_issue,
     run_state,
-    started,
     store,
     webhooks_lost,
 )
@@ -49,20 +44,10 @@ TRUSTED_BOT = "octo-helper[bot]"
 GRANT_CAP = 5
 
 
-@pytest.fixture(scope="module")
-def stack(
-    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalBaton]:
-    url = redis_server.url.rsplit("/", 1)[0] + "/5"
-    redis.Redis.from_url(url).flushdb()
-    baton = started(
-        url,
-        tmp_path_factory.mktemp("steering"),
-        BATON_TRUSTED_BOTS=TRUSTED_BOT,
-        BATON_MAX_BUDGET_GRANT=str(GRANT_CAP),
-    )
-    yield baton
-    baton.stop()
+STACK = StackSpec(
+    database=5,
+    env={"BATON_TRUSTED_BOTS": TRUSTED_BOT, "BATON_MAX_BUDGET_GRANT": str(GRANT_CAP)},
+)
 
 
 async def people(maintainer: Maintainer, repo: str) -> dict[str, Maintainer]:
@@ -185,20 +170,6 @@ async def test_a_label_the_sweep_finds_is_judged_by_who_added_it(
     [said] = await baton_comments(maintainer, repo, number)
     assert "@octo-triager has triage access" in said["body"]
     assert latest_run(store, repo, number) is None
-
-
-def sweep(stack: LocalBaton) -> str:
-    """Run `baton sweep` as an operator would; return what it printed."""
-    result = subprocess.run(
-        [sys.executable, "-m", "bot", "sweep"],
-        env=stack.baton_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 async def test_one_review_under_many_delivery_ids_makes_one_continuation(

@@ -12,13 +12,11 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import aiohttp
-import pytest
 import redis
 from rq.job import Job, JobStatus
 
@@ -31,8 +29,8 @@ from bot.edges.queue import Dispatcher
 from bot.edges.store import Store
 from bot.ops.settings import Settings
 from tests.conftest import RedisServer
+from tests.support import SCRIPTED_AGENT, StackSpec, disk, start_machine, started, sweep
 from tests.test_e2e import (  # maintainer and store act on this module's own stack
-    AGENT,
     GREETING_FIX,
     PROJECT,
     _attempt_state,
@@ -42,7 +40,6 @@ from tests.test_e2e import (  # maintainer and store act on this module's own st
     new_repo,
     queued_issue,
     run_state,
-    started,
     store,
     webhooks_lost,
 )
@@ -50,45 +47,13 @@ from tests.test_e2e import (  # maintainer and store act on this module's own st
 __all__ = ["maintainer", "store"]  # fixtures this module uses
 
 
-def started_on_machines(redis_server: RedisServer, workdir: Path, database: int) -> LocalBaton:
-    """Start a stack whose workers each have a disk of their own, as machines of their own.
-
-    Its own Redis database, and a short lease and checkpoint, so deaths show quickly.
-    """
-    url = redis_server.url.rsplit("/", 1)[0] + f"/{database}"
-    redis.Redis.from_url(url).flushdb()
-    baton = started(
-        url,
-        workdir,
-        BATON_LOCK_TTL_SECONDS="2",
-        BATON_MAX_CONTINUATIONS="3",
-        BATON_CHECKPOINT_SECONDS="1",
-    )
-    for name in [name for name in baton.processes if name.startswith("worker-")]:
-        baton.processes[name].stop()
-        start_machine(baton, name)
-    return baton
-
-
-@pytest.fixture(scope="module")
-def stack(
-    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalBaton]:
-    baton = started_on_machines(redis_server, tmp_path_factory.mktemp("sweep"), 2)
-    yield baton
-    baton.stop()
-
-
-def disk(stack: LocalBaton, name: str) -> Path:
-    """Return the data directory of the worker called name: its machine's own disk."""
-    return stack.workdir / "machines" / name
-
-
-def start_machine(
-    stack: LocalBaton, name: str, queues: tuple[str, ...] = (EVENTS, AGENTS)
-) -> Process:
-    """Start the worker called name on its own disk, as on a machine of its own."""
-    return stack.start_worker(name, queues, disk(stack, name))
+# What a stack of machines runs with: a short lease and checkpoint, so deaths show quickly.
+ON_MACHINES = {
+    "BATON_LOCK_TTL_SECONDS": "2",
+    "BATON_MAX_CONTINUATIONS": "3",
+    "BATON_CHECKPOINT_SECONDS": "1",
+}
+STACK = StackSpec(database=2, env=ON_MACHINES, machines=True)
 
 
 def made_on(stack: LocalBaton, name: str, repo: str, sha: str) -> bool:
@@ -100,20 +65,6 @@ def made_on(stack: LocalBaton, name: str, repo: str, sha: str) -> bool:
         check=False,
     )
     return found.returncode == 0
-
-
-def sweep(stack: LocalBaton) -> str:
-    """Run `baton sweep` as an operator would; return what it printed."""
-    result = subprocess.run(
-        [sys.executable, "-m", "bot", "sweep"],
-        env=stack.baton_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 async def sweep_until(stack: LocalBaton, words: str) -> str:
@@ -530,7 +481,7 @@ def agents_among(pids: list[int]) -> list[int]:
     for pid in pids:
         proc = Path("/proc") / str(pid)
         with contextlib.suppress(OSError):
-            agent = AGENT.name.encode() in (proc / "cmdline").read_bytes()
+            agent = SCRIPTED_AGENT.name.encode() in (proc / "cmdline").read_bytes()
             if agent and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
                 found.append(pid)
     return found

@@ -102,7 +102,7 @@ def test_a_pull_request_opens_with_a_200000_character_report() -> None:
     assert "## The agent's report" in body
     assert body.endswith("## Files changed\n\n- `calc.py`\n- `test_calc.py`\n")
     assert f"The agent's full report was {len(report):,} characters" in body
-    assert f"`{TRANSCRIPT}` on the worker, run `octo/widgets#7/1`" in body
+    assert "`baton transcript octo/widgets#7 --attempt 1`" in body, "where the rest is read"
     assert len(body) > render.BODY_LIMIT - 2000  # as much of the report as fits
 
 
@@ -140,7 +140,7 @@ def test_a_status_comment_quotes_only_so_much_of_the_agents_words() -> None:
     text = render.status_comment(run, utcnow(), "deciding what comes next")
     assert text.startswith(render.STATUS_MARKER + "\n")
     assert len(text) <= render.REASON_LIMIT + 1000
-    assert "The full reason was" in text and str(TRANSCRIPT) in text
+    assert "The full reason was" in text and "baton transcript octo/widgets#7" in text
     assert "Next: deciding what comes next" in text and "Branch `baton/issue-7`" in text
 
 

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import shlex
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from bot.agents import programs_of
+from bot.agents.base import AgentRequest
+from bot.agents.command import CommandAdapter
 from bot.agents.jail import (
     AGENT_UID,
     EGRESS_DIR_INSIDE,
@@ -21,8 +26,10 @@ from bot.agents.jail import (
     install_roots,
     masked_in,
     passwd_lines,
+    sandbox_problem,
     without_secrets,
 )
+from bot.domain.model import utcnow
 from bot.edges.git import bundle_pack_offset
 from bot.ops.settings import Settings
 
@@ -148,6 +155,48 @@ def test_the_jail_has_one_user_whose_home_is_its_own() -> None:
     assert group == "agent:x:1000:\n"
 
 
+# -- whether the sandbox starts -------------------------------------------------------------
+
+
+def fake_bwrap(directory: Path, script: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put a `bwrap` running script first on PATH."""
+    directory.mkdir()
+    bwrap = directory / "bwrap"
+    bwrap.write_text(f"#!/bin/sh\n{script}\n")
+    bwrap.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{directory}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_a_platform_refusing_any_flag_of_the_jail_fails_the_start_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_bwrap(
+        tmp_path / "bin",
+        'for arg in "$@"; do\n  [ "$arg" = --unshare-uts ] || continue\n'
+        '  echo "bwrap: Unknown option --unshare-uts" >&2; exit 1\ndone\nexit 0',
+        monkeypatch,
+    )
+    assert (
+        sandbox_problem() == "bwrap cannot build the sandbox: bwrap: Unknown option --unshare-uts"
+    )
+
+
+def test_a_platform_without_user_namespaces_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_bwrap(
+        tmp_path / "bin",
+        "echo 'bwrap: setting up uid map: Permission denied' >&2\nexit 1",
+        monkeypatch,
+    )
+    problem = sandbox_problem()
+    assert problem is not None
+    assert problem.startswith(
+        "user namespaces are not available to this worker "
+        "(bwrap: setting up uid map: Permission denied): allow unprivileged user namespaces"
+    )
+
+
 # -- a real jail ---------------------------------------------------------------------------
 
 LOOK = r"""
@@ -215,6 +264,50 @@ def test_inside_the_jail_only_the_worktree_home_tmp_and_extra_paths_can_be_touch
     assert seen["read shadow"][0] == "no"
     assert max(seen["pids"]) < 10, "only the jail's own few processes are visible"
     assert (seen["uid"], seen["hostname"], seen["cwd"]) == (AGENT_UID, "baton-agent", str(worktree))
+
+
+def wall_clock_request(tmp_path: Path, jailed: bool, seconds: float) -> AgentRequest:
+    """Return a request whose agent has seconds to run, in a jail or (jailed false) not."""
+    worktree, run_dir = tmp_path / "worktree", tmp_path / "run"
+    worktree.mkdir()
+    run_dir.mkdir()
+    brief = tmp_path / "brief.md"
+    brief.write_text("Stay as long as you like.\n")
+    jails = Jails(enabled=jailed, path=os.environ["PATH"])
+    made = jails.make(worktree=worktree, home=tmp_path / "home", scratch=tmp_path / "scratch")
+    return AgentRequest(
+        run_id="octo/widgets#3/1",
+        issue_number=3,
+        attempt=1,
+        worktree=worktree,
+        brief_path=brief,
+        run_dir=run_dir,
+        deadline=utcnow() + timedelta(seconds=seconds),
+        home=tmp_path / "home",
+        jail=made,
+    )
+
+
+async def test_a_jailed_agent_that_leaves_its_session_and_ignores_sigterm_dies_at_the_cap(
+    tmp_path: Path,
+) -> None:
+    request = wall_clock_request(tmp_path, jailed=True, seconds=0.5)
+    marker = request.worktree / "outlived-the-cap"
+    # Its own session is out of reach of the process group Baton signals, and it ignores
+    # SIGTERM: only the end of the jail's PID namespace takes it.
+    command = (
+        f"setsid sh -c 'trap \"\" TERM; sleep 3; touch {shlex.quote(str(marker))}' & "
+        "sleep 30; echo finished"
+    )
+    result = await CommandAdapter(command).run(request)
+    assert (result.status, result.stop_reason, result.failure_class) == (
+        "failed",
+        "wall_clock",
+        "wall-clock-cap",
+    )
+    assert "finished" not in request.transcript_path.read_text()
+    await asyncio.sleep(3.5)
+    assert not marker.exists()
 
 
 def test_a_repository_command_never_chooses_which_host_paths_are_shown() -> None:

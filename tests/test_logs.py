@@ -190,8 +190,7 @@ def test_log_formats_are_named_exactly() -> None:
 PROCESS = """
 import logging
 from rq.logutils import setup_loghandlers
-from bot.ops.cli import configure_logging
-from bot.ops.logs import log_context
+from bot.ops.logs import configure_logging, log_context
 configure_logging()
 setup_loghandlers("INFO", name="rq.worker")  # what an RQ worker does as it starts
 logging.getLogger("rq.worker").info("baton-agents: jobs.run.run_issue(1)")

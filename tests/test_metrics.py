@@ -50,6 +50,7 @@ from bot.ops.metrics import (
 )
 from bot.ops.settings import Settings
 from bot.web.app import create_app
+from handlers import router
 from jobs import job, services
 from tests.conftest import OPERATOR_TOKEN
 from tests.test_web import labeled, post
@@ -488,7 +489,7 @@ async def test_an_app_session_counts_its_api_calls_once_it_ends(
 async def test_metrics_are_off_without_an_operator_token(
     aiohttp_client: Any, settings: Settings, store: Store, dispatch: Dispatcher
 ) -> None:
-    client = await aiohttp_client(create_app(settings, store, dispatch))
+    client = await aiohttp_client(create_app(settings, store, dispatch, router))
     response = await client.get("/metrics", headers={"Authorization": "Bearer anything"})
     assert response.status == 404
 
@@ -496,7 +497,7 @@ async def test_metrics_are_off_without_an_operator_token(
 async def test_metrics_need_the_operator_token(
     aiohttp_client: Any, operator_settings: Settings, store: Store, dispatch: Dispatcher
 ) -> None:
-    client = await aiohttp_client(create_app(operator_settings, store, dispatch))
+    client = await aiohttp_client(create_app(operator_settings, store, dispatch, router))
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": OPERATOR_TOKEN}):
         response = await client.get("/metrics", headers=headers)
         assert response.status == 401
@@ -506,7 +507,9 @@ async def test_metrics_need_the_operator_token(
 async def test_metrics_count_the_web_process_s_deliveries_by_event_and_outcome(
     aiohttp_client: Any, operator_settings: Settings, store: Store, dispatch: Dispatcher
 ) -> None:
-    client: TestClient = await aiohttp_client(create_app(operator_settings, store, dispatch))
+    client: TestClient = await aiohttp_client(
+        create_app(operator_settings, store, dispatch, router)
+    )
     assert (await post(client, "issues", labeled()))[1]["outcome"] == "accepted"
     assert (await post(client, "issues", labeled("bug")))[1]["outcome"] == "ignored"
     assert (await post(client, "ping", {"zen": "hi"}))[1]["outcome"] == "ignored"
@@ -533,7 +536,9 @@ async def test_metrics_count_the_web_process_s_deliveries_by_event_and_outcome(
 async def test_the_web_process_flushes_its_counts_to_redis_by_itself(
     aiohttp_client: Any, operator_settings: Settings, store: Store, dispatch: Dispatcher
 ) -> None:
-    client: TestClient = await aiohttp_client(create_app(operator_settings, store, dispatch))
+    client: TestClient = await aiohttp_client(
+        create_app(operator_settings, store, dispatch, router)
+    )
     await post(client, "issues", labeled())
     await client.close()  # shutting down flushes what the last second counted
     stored = store.read_metrics([WEBHOOK_DELIVERIES.name])[WEBHOOK_DELIVERIES.name]

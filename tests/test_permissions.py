@@ -5,13 +5,16 @@ needs, bot/sandbox/permissions.py), so the end-to-end suite fails when app.yml l
 What Baton needs is derived here statically: every GitHub call site in Baton's code,
 resolved to the sandbox route it reaches, plus git fetch and push, plus what each
 subscribed event requires. A static derivation covers every code path, where recording
-calls during the tests would only cover the paths the tests happen to take.
+calls during the tests would only cover the paths the tests happen to take. The same
+scan holds every call site to the one module that makes Baton's REST calls
+(bot/edges/api.py) and to the App's authentication (bot/edges/github.py).
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -47,10 +50,16 @@ BATON_SOURCES = [
 ]
 GIDGETHUB_VERBS = {"getitem", "getiter", "getstatus", "post", "patch", "put", "delete"}
 GITHUB_CLIENTS = {"gh", "client"}
+# The only modules that call GitHub: its REST calls, and the App's own authentication.
+GITHUB_MODULES = {"bot/edges/api.py", "bot/edges/github.py"}
 # Call sites whose URL is an API URL GitHub handed back rather than a template in the code.
 URL_EXPRESSIONS = {
-    "pr['url']": "/repos/octo/hello/pulls/1",
-    "existing[0]['url']": "/repos/octo/hello/pulls/1",
+    "existing[0].url": "/repos/octo/hello/pulls/1",
+}
+# GraphQL is one endpoint, and each mutation asks its own permission (GitHub's reference
+# for each mutation; the sandbox's /graphql checks them as it resolves them).
+GRAPHQL_PERMISSIONS = {
+    "markPullRequestReadyForReview": Requirement((write("pull_requests"),)),
 }
 # What GitHub requires of an App to deliver each event to it.
 EVENT_PERMISSIONS = {
@@ -72,6 +81,10 @@ class Call:
     where: str
     method: str
     path: str
+
+    @property
+    def module(self) -> str:
+        return self.where.split(":", 1)[0]
 
 
 def routed_events() -> set[str]:
@@ -97,7 +110,7 @@ def github_calls() -> list[Call]:
                 if not first.value.startswith("/"):
                     continue
                 path = expand(first.value)
-            elif ast.unparse(node.func.value) in GITHUB_CLIENTS:
+            elif is_github_client(node.func.value):
                 expression = ast.unparse(first)
                 assert expression in URL_EXPRESSIONS, (
                     f"{where} calls GitHub at {expression}: add it to URL_EXPRESSIONS"
@@ -108,6 +121,47 @@ def github_calls() -> list[Call]:
             method = "GET" if node.func.attr.startswith("get") else node.func.attr.upper()
             found.append(Call(where, method, path))
     return found
+
+
+def graphql_calls() -> list[Call]:
+    """Find every GraphQL call in Baton's code, with the root field its document asks for.
+
+    The document is a string constant of the calling module, passed by name.
+    """
+    found = []
+    for source in BATON_SOURCES:
+        tree = ast.parse(source.read_text())
+        documents = {
+            target.id: node.value.value
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        for node in ast.walk(tree):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "graphql"
+            ):
+                continue
+            where = f"{source.relative_to(ROOT)}:{node.lineno}"
+            first = node.args[0] if node.args else None
+            assert isinstance(first, ast.Name) and first.id in documents, (
+                f"{where}: pass the GraphQL document as a module constant"
+            )
+            root = re.search(r"(mutation|query)\b[^{]*\{\s*(\w+)", documents[first.id])
+            assert root is not None, f"{where}: no root field in {first.id}"
+            found.append(Call(where, root[1], root[2]))
+    return found
+
+
+def is_github_client(receiver: ast.expr) -> bool:
+    """Tell whether an expression is a GitHub client: gh, self.gh, client, app.app_client()."""
+    named = ast.unparse(receiver)
+    return named.split(".")[-1] in GITHUB_CLIENTS or named.endswith(".app_client()")
 
 
 def expand(template: str) -> str:
@@ -191,6 +245,23 @@ def test_every_sandbox_route_declares_a_permission_github_knows(
             assert permission.level in known[permission.name]["enum"], (info, permission)
 
 
+# ---------------------------------------------------------------- one place calls GitHub
+
+
+def test_github_is_called_from_the_rest_module_and_the_app_authentication_alone() -> None:
+    calls = github_calls()
+    elsewhere = [call.where for call in calls if call.module not in GITHUB_MODULES]
+    assert elsewhere == [], f"call GitHub through bot/edges/api.py, not from {elsewhere}"
+    assert {call.module for call in calls} == GITHUB_MODULES, "the scan sees no call in one"
+
+
+def test_graphql_is_called_from_the_rest_module_alone_and_each_mutation_is_known() -> None:
+    calls = graphql_calls()
+    assert calls, "the scan sees no GraphQL call"
+    assert {call.module for call in calls} == {"bot/edges/api.py"}
+    assert {call.path for call in calls} <= set(GRAPHQL_PERMISSIONS)
+
+
 # ---------------------------------------------------------------- least privilege
 
 
@@ -203,6 +274,8 @@ async def test_app_yml_grants_exactly_what_baton_needs(sandbox_app: web.Applicat
             sandbox_app, call.method, call.path
         )
     assert baton_runs_git("fetch") and baton_runs_git("push")
+    for call in graphql_calls():
+        needs[f"GraphQL {call.path} ({call.where})"] = GRAPHQL_PERMISSIONS[call.path]
     needs["git fetch"] = git_http.FETCH
     needs["git push"] = git_http.PUSH
     manifest = load_manifest()

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
 from bot.domain import render
 from bot.domain.budget import Spend
 from bot.domain.checks import Verdict, checks_verdict, failing_checks, required_checks_verdict
-from bot.domain.lifecycle import settle_checks
-from bot.domain.model import IssueRef, Limits, Run, RunState, utcnow
+from bot.domain.model import AgentResult, IssueRef, Limits, Run, RunState, utcnow
+from bot.domain.plans.settlement import settle_checks
 from bot.edges.git import auth_header, branch_name
 from bot.edges.github import MAX_ATTEMPTS, retry_delay
 
@@ -316,6 +317,39 @@ def test_status_comment_is_marked_and_says_the_state() -> None:
         Run.claimed(ISSUE, 1, "b", run.started_at), run.started_at + timedelta(seconds=75)
     )
     assert "1m 15s so far" in live
+
+
+def test_status_comment_names_the_hosts_the_sandbox_refused() -> None:
+    run = pushed()
+    now = run.started_at
+    agent = AgentResult(
+        agent="claude",
+        status="success",
+        stop_reason="completed",
+        started_at=now,
+        ended_at=now,
+        transcript_path=Path("/var/lib/baton/runs/transcript.log"),
+        stderr_path=Path("/var/lib/baton/runs/stderr.log"),
+    )
+    quiet = run.model_copy(update={"agent_result": agent})
+    assert "refused connections" not in render.status_comment(quiet, now)
+    assert render.status_key(quiet, None, None) == render.status_key(run, None, None)
+    hosts = ["example.com:443", "pypi.org:443"]
+    refused = run.model_copy(
+        update={"agent_result": agent.model_copy(update={"refused_hosts": hosts})}
+    )
+    text = render.status_comment(refused, now)
+    assert "\n\nThe sandbox refused connections to: example.com:443, pypi.org:443.\n" in text
+    assert render.status_key(refused, None, None) != render.status_key(quiet, None, None)
+    many = [f"host-{n:02}.example:443" for n in range(13)]
+    flood = run.model_copy(
+        update={"agent_result": agent.model_copy(update={"refused_hosts": many})}
+    )
+    line = render.sandbox_refusals(many)
+    assert line is not None and line in render.status_comment(flood, now)
+    assert line.startswith("The sandbox refused connections to: host-00.example:443, ")
+    assert "host-09.example:443 and 3 more (the worker's log names each)." in line
+    assert "host-10" not in line
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(4.25, "4.2s"), (185, "3m 05s"), (3725, "1h 02m")])

@@ -700,7 +700,9 @@ async def test_pull_request_lifecycle_with_a_real_merge(sandbox: Sandbox) -> Non
     body = {"title": "Feature", "head": "feature", "base": "main", "body": "Done.\n\nCloses #1"}
     pr = await sandbox.ok("POST", f"{REPO}/pulls", body, status=201)
     assert (pr["number"], pr["head"]["sha"], pr["base"]["ref"]) == (2, first, "main")
-    assert (pr["mergeable"], pr["merged"], pr["commits"]) == (True, False, 1)
+    # GitHub computes mergeability in the background: null at first, then its value.
+    assert (pr["mergeable"], pr["merged"], pr["commits"]) == (None, False, 1)
+    assert (await sandbox.ok("GET", f"{REPO}/pulls/2"))["mergeable"] is True
     assert "pull_request" in await sandbox.ok("GET", f"{REPO}/issues/2")
     opened = await sandbox.receiver.wait_for("pull_request", "opened")
     assert opened.payload["pull_request"]["head"]["sha"] == first
@@ -766,6 +768,8 @@ async def test_squash_merge_and_conflicts(sandbox: Sandbox) -> None:
     subject = await sandbox.git("log", "-1", "--format=%s", "FETCH_HEAD", cwd=clone)
     assert subject.strip() == "left (#1)"
 
+    moved = await sandbox.ok("GET", f"{REPO}/pulls/2")  # its base moved: computed anew
+    assert (moved["mergeable"], moved["mergeable_state"]) == (None, "unknown")
     pull = await sandbox.ok("GET", f"{REPO}/pulls/2")
     assert (pull["mergeable"], pull["mergeable_state"]) == (False, "dirty")
     conflict = await sandbox.call("PUT", f"{REPO}/pulls/2/merge", {})

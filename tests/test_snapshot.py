@@ -29,6 +29,7 @@ from bot.edges.queue import Dispatcher
 from bot.edges.store import Store
 from bot.ops.settings import Settings
 from bot.web.app import create_app
+from handlers import router
 from tests.support import payload
 from tests.test_web import post, queued
 
@@ -233,7 +234,7 @@ def test_the_store_keeps_the_record_until_the_issue_is_closed(store: Store) -> N
 async def client(
     aiohttp_client: Any, settings: Settings, store: Store, dispatch: Dispatcher
 ) -> TestClient:
-    return await aiohttp_client(create_app(settings, store, dispatch))  # type: ignore[no-any-return]
+    return await aiohttp_client(create_app(settings, store, dispatch, router))  # type: ignore[no-any-return]
 
 
 def edited(changes: dict[str, Any], labels: tuple[str, ...] = ("baton:queue",)) -> dict[str, Any]:

@@ -3,18 +3,21 @@ and the operator token in front of GET /status."""
 
 from __future__ import annotations
 
+import html
 import re
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import ClientResponse
+from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient
+from aiohttp.typedefs import Handler, Middleware
 from pydantic import SecretStr
 
 from bot.domain.chains import LinkStatus
-from bot.domain.model import Chain, IssueRef, Run, RunState
+from bot.domain.model import AgentResult, Chain, IssueRef, Run, RunState
 from bot.domain.pacing import RateBudget
 from bot.edges.queue import Dispatcher
 from bot.edges.store import Store
@@ -34,6 +37,7 @@ from bot.web.overview import (
     gather_overview,
 )
 from bot.web.status_page import render_status_page, render_status_text
+from handlers import router
 from tests.conftest import OPERATOR_TOKEN
 
 NOW = datetime(2026, 12, 1, 7, 0, tzinfo=UTC)
@@ -278,6 +282,40 @@ def test_text_says_when_there_are_no_runs() -> None:
     assert text.splitlines()[-1] == "no runs yet"
 
 
+def test_a_run_names_the_hosts_its_sandbox_refused() -> None:
+    started = NOW - timedelta(minutes=10)
+    agent = AgentResult(
+        agent="claude",
+        status="success",
+        stop_reason="completed",
+        started_at=started,
+        ended_at=NOW - timedelta(minutes=4),
+        transcript_path=Path("/var/lib/baton/runs/transcript.log"),
+        stderr_path=Path("/var/lib/baton/runs/stderr.log"),
+        refused_hosts=["example.com:443", "<b>.example:80"],
+    )
+    issue = IssueRef(installation_id=1, repo="octo/widgets", number=4)
+    record = Run.claimed(issue, 1, "baton/issue-4", started).moved(
+        RunState.PUSHED_GREEN, NOW - timedelta(minutes=4)
+    )
+    summary = RunSummary.of(record.model_copy(update={"agent_result": agent}))
+    overview = Overview(
+        taken_at=NOW,
+        queues=QUEUES,
+        workers=1,
+        marks={},
+        repos=[RepoSummary(repo="octo/widgets", live=0)],
+        runs=[summary],
+    )
+    said = "The sandbox refused connections to: example.com:443, <b>.example:80."
+    completions = section(render_status_page(overview, NOW), "completions")
+    assert said in html.unescape(shown_text(completions))
+    assert "<b>" not in completions  # what the agent asked for is escaped
+    assert f"  #4 attempt 1   pushed-green       6m 00s {said}" in (
+        render_status_text(overview, NOW).splitlines()
+    )
+
+
 # --- The overview, read from Redis ----------------------------------------------------------------
 
 
@@ -361,7 +399,7 @@ def test_gather_reads_runs_pauses_holds_windows_and_chains(
 async def client_for(
     aiohttp_client: Any, settings: Settings, store: Store, dispatch: Dispatcher
 ) -> TestClient:
-    return await aiohttp_client(create_app(settings, store, dispatch))  # type: ignore[no-any-return]
+    return await aiohttp_client(create_app(settings, store, dispatch, router))  # type: ignore[no-any-return]
 
 
 async def test_the_page_is_not_there_without_an_operator_token(
@@ -433,6 +471,12 @@ async def test_a_token_in_the_address_becomes_a_cookie_and_leaves_the_address(
         ({"Host": "baton.example.com", "X-Forwarded-Proto": "https"}, True),
         ({"Host": "10.0.0.5:8000"}, True),
         ({"Host": "localhost.example.com"}, True),
+        # A proxy on this machine: it connects from loopback, and may pass a loopback Host.
+        ({"Host": "127.0.0.1:8000", "X-Forwarded-For": "198.51.100.1"}, True),
+        ({"Host": "localhost", "Forwarded": "for=198.51.100.1;proto=http"}, True),
+        ({"Host": "127.0.0.1", "X-Forwarded-Host": "baton.example.com"}, True),
+        ({"Host": "127.0.0.1", "X-Forwarded-Proto": "http"}, True),
+        ({"Host": "[::1]:8000", "X-Real-IP": "198.51.100.1"}, True),
     ],
 )
 async def test_the_cookie_is_secure_except_on_a_loopback_host(
@@ -446,6 +490,45 @@ async def test_the_cookie_is_secure_except_on_a_loopback_host(
     client = await client_for(aiohttp_client, operator_settings, store, dispatch)
     response = await client.get(
         f"/status?token={OPERATOR_TOKEN}", headers=headers, allow_redirects=False
+    )
+    assert response.status == 303
+    assert bool(response.cookies[OPERATOR_COOKIE]["secure"]) is secure
+
+
+def seen_from(peer: str) -> Middleware:
+    """Have the app see every request as coming from peer (a test client is on loopback)."""
+
+    @web.middleware
+    async def from_peer(request: web.Request, handler: Handler) -> web.StreamResponse:
+        return await handler(request.clone(remote=peer))
+
+    return from_peer
+
+
+@pytest.mark.parametrize(
+    ("peer", "host", "secure"),
+    [
+        ("127.0.0.1", "127.0.0.1:8000", False),
+        ("::1", "localhost:8000", False),
+        ("203.0.113.9", "127.0.0.1:8000", True),  # a loopback Host says nothing of the peer
+        ("10.0.0.5", "localhost", True),
+        ("2001:db8::1", "[::1]:8000", True),
+    ],
+)
+async def test_the_cookie_is_secure_unless_asked_for_from_this_machine(
+    aiohttp_client: Any,
+    operator_settings: Settings,
+    store: Store,
+    dispatch: Dispatcher,
+    peer: str,
+    host: str,
+    secure: bool,
+) -> None:
+    app = create_app(operator_settings, store, dispatch, router)
+    app.middlewares.append(seen_from(peer))
+    client = await aiohttp_client(app)
+    response = await client.get(
+        f"/status?token={OPERATOR_TOKEN}", headers={"Host": host}, allow_redirects=False
     )
     assert response.status == 303
     assert bool(response.cookies[OPERATOR_COOKIE]["secure"]) is secure
@@ -537,7 +620,7 @@ def test_an_operator_token_short_enough_to_guess_is_refused(
 ) -> None:
     short = operator_settings.model_copy(update={"operator_token": SecretStr("x" * 31)})
     with pytest.raises(SettingsError, match="BATON_OPERATOR_TOKEN is 31 characters: use 32"):
-        create_app(short, store, dispatch)
+        create_app(short, store, dispatch, router)
 
 
 async def test_a_bearer_token_opens_the_page_with_what_redis_holds(

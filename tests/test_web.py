@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
+from gidgethub.routing import Router
+from gidgethub.sansio import Event
 from rq import Queue
 
 from bot.devkit.devstack import free_port
@@ -25,6 +27,7 @@ from bot.edges.store import Store
 from bot.ops.settings import Settings, SettingsError
 from bot.web import app as web_module
 from bot.web.app import CONTEXT, MAX_PAYLOAD_BYTES, create_app
+from handlers import router
 from handlers.pushes import touches_config
 from tests.support import payload
 
@@ -61,7 +64,7 @@ def labeled(label: str = "baton:queue", installation: int | None = 7) -> dict[st
 async def client(
     aiohttp_client: Any, settings: Settings, store: Store, dispatch: Dispatcher
 ) -> TestClient:
-    return await aiohttp_client(create_app(settings, store, dispatch))  # type: ignore[no-any-return]
+    return await aiohttp_client(create_app(settings, store, dispatch, router))  # type: ignore[no-any-return]
 
 
 def queued(dispatch: Dispatcher, name: str) -> list[tuple[str, tuple[Any, ...]]]:
@@ -249,7 +252,7 @@ async def test_health_reports_redis_and_queue_depths(client: TestClient) -> None
 def test_app_refuses_to_start_without_a_secret(redis_url: str, store: Store) -> None:
     settings = Settings(REDIS_URL=redis_url)
     with pytest.raises(SettingsError, match="GITHUB_WEBHOOK_SECRET"):
-        create_app(settings, store, Dispatcher.from_url(redis_url, settings))
+        create_app(settings, store, Dispatcher.from_url(redis_url, settings), router)
 
 
 @pytest.mark.parametrize(
@@ -267,7 +270,7 @@ async def test_an_unsigned_delivery_is_always_refused_whatever_the_settings_say(
     loose = Settings(**{**settings.model_dump(by_alias=True), "BATON_DEMO": True})
     assert loose.webhook_secret == SECRET
     dispatch = Dispatcher.from_url(loose.redis_url, loose)
-    client = await aiohttp_client(create_app(loose, store, dispatch))
+    client = await aiohttp_client(create_app(loose, store, dispatch, router))
     status, answer = await post(client, "issues", labeled(), **{"X-Hub-Signature-256": signature})
     assert (status, answer["outcome"]) == (401, "refused")
     assert queued(dispatch, AGENTS) == []
@@ -279,7 +282,7 @@ async def test_health_shows_no_redis_error_to_the_public(
     nowhere = f"redis://127.0.0.1:{free_port()}/0"
     down = settings.model_copy(update={"redis_url": nowhere})
     client = await aiohttp_client(
-        create_app(down, Store.from_url(nowhere), Dispatcher.from_url(nowhere, down))
+        create_app(down, Store.from_url(nowhere), Dispatcher.from_url(nowhere, down), router)
     )
     with caplog.at_level(logging.ERROR, logger="bot.web.app"):
         response = await client.get("/healthz")
@@ -436,7 +439,7 @@ async def test_a_repository_s_own_queue_label_routes_once_known(
 ) -> None:
     data = labeled("agent:go")
     store.record_queue_label(data["repository"]["full_name"], "agent:go")
-    client = await aiohttp_client(create_app(settings, store, dispatch))
+    client = await aiohttp_client(create_app(settings, store, dispatch, router))
     await post(client, "issues", labeled("baton:queue"))
     assert queued(dispatch, AGENTS) == [], "the deployment's label is not this repository's"
     status, answer = await post(client, "issues", data)
@@ -499,3 +502,43 @@ async def test_edited_comments_and_bots_command_nothing(
     assert status == 202
     assert queued(dispatch, EVENTS) == []
     assert "ignored a command" in caplog.text
+
+
+async def test_a_handler_that_fails_refuses_the_delivery_in_one_line(
+    aiohttp_client: Any,
+    settings: Settings,
+    store: Store,
+    dispatch: Dispatcher,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    misreading = Router()
+
+    @misreading.register("issues", action="labeled")
+    async def misread(event: Event, *_: object) -> None:
+        raise LookupError("a field the handler did not expect")
+
+    client = await aiohttp_client(create_app(settings, store, dispatch, misreading))
+    with caplog.at_level(logging.INFO):
+        status, answer = await post(client, "issues", labeled())
+    assert (status, answer["outcome"]) == (400, "refused")
+    assert "LookupError" in answer["reason"]
+    [line] = [r.getMessage() for r in caplog.records if r.name == "bot.web.app"]
+    assert line.startswith("refused issues.labeled: ") and "LookupError" in line
+    assert not [r for r in caplog.records if r.exc_info] and "Traceback" not in caplog.text
+    assert queued(dispatch, AGENTS) == []
+
+
+async def test_a_handler_without_redis_asks_github_to_come_back(
+    aiohttp_client: Any, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    nowhere = f"redis://127.0.0.1:{free_port()}/0"
+    down = settings.model_copy(update={"redis_url": nowhere})
+    client = await aiohttp_client(
+        create_app(down, Store.from_url(nowhere), Dispatcher.from_url(nowhere, down), router)
+    )
+    data = labeled()
+    data["sender"] = {**data["sender"], "type": "Bot"}  # was it Baton? Redis knows its login
+    with caplog.at_level(logging.INFO, logger="bot.web.app"):
+        status, answer = await post(client, "issues", data)
+    assert (status, answer["outcome"]) == (503, "retry")
+    assert "Redis unavailable" in caplog.text and "Traceback" not in caplog.text

@@ -58,12 +58,15 @@ TESTED_VERSIONS: dict[str, tuple[str, str]] = {
 
 
 def adapter_for(settings: Settings) -> Adapter:
-    """Return the adapter the settings select, with the options they give it."""
+    """Return the adapter the settings select, with the options they give it.
+
+    Its CLI is that agent's own (`BATON_AGENT_BINARY` is the default agent's only): an
+    agent picked for an issue or by a repository's file runs its own binary, or its
+    name on PATH.
+    """
     if settings.agent == "command":
         return CommandAdapter(settings.agent_command)
-    options: dict[str, Any] = {"model": settings.agent_model}
-    if settings.agent_binary:
-        options["binary"] = settings.agent_binary
+    options: dict[str, Any] = {"model": settings.agent_model, "binary": settings.agent_program}
     if settings.agent != "aider":  # aider has no turns to cap: its wall clock bounds it
         options["max_turns"] = settings.agent_max_turns
     if settings.agent == "codex" and settings.codex_base_url:
@@ -92,9 +95,9 @@ def programs_of(
     looked up on PATH: it never chooses which host paths the jail shows.
     """
     if settings.agent == "codex":  # npm's launcher, and the executable it would run
-        named: list[str] = list(codex_programs(settings.agent_binary or settings.agent))
+        named: list[str] = list(codex_programs(settings.agent_program))
     elif settings.agent != "command":
-        named = [settings.agent_binary or settings.agent]
+        named = [settings.agent_program]
     elif settings.agent_command is not None and settings.agent_command == operator_command:
         named = _operator_programs(settings.agent_command)
     else:

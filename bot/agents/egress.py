@@ -254,6 +254,19 @@ def bridge_argv(python: str, socket_path: Path, port: int, argv: Sequence[str]) 
 
 def _parse_authority(text: str, default_port: int | None) -> HostPort:
     """Read `host[:port]` or `[v6]:port`; raise ValueError saying what is wrong."""
+    _check_authority_text(text)
+    host, port_text = _split_v6(text) if text.startswith("[") else _split_named(text)
+    if port_text is None:
+        if default_port is None:
+            raise ValueError("it needs a port")
+        return HostPort(host, default_port)
+    if not _PORT.fullmatch(port_text) or not 0 < int(port_text) < 65536:
+        raise ValueError(f"{port_text!r} is not a port (1-65535)")
+    return HostPort(host, int(port_text))
+
+
+def _check_authority_text(text: str) -> None:
+    """Refuse what is no authority at all: nothing, whitespace, a scheme or path, a user."""
     if not text:
         raise ValueError("it is empty")
     if any(char.isspace() for char in text):
@@ -262,29 +275,28 @@ def _parse_authority(text: str, default_port: int | None) -> HostPort:
         raise ValueError("give the host alone, with no scheme or path")
     if "@" in text:
         raise ValueError("give the host alone, with no user")
-    if text.startswith("["):
-        inside, closed, rest = text[1:].partition("]")
-        if not closed or (rest and not rest.startswith(":")):
-            raise ValueError("an IPv6 address goes in brackets, e.g. [::1]:443")
-        try:
-            host = str(ipaddress.IPv6Address(inside))
-        except ValueError:
-            raise ValueError(f"{inside!r} is not an IPv6 address") from None
-        port_text = rest[1:] if rest else None
-    else:
-        if text.count(":") > 1:
-            raise ValueError("an IPv6 address goes in brackets, e.g. [::1]:443")
-        host, colon, after = text.partition(":")
-        if not _HOSTNAME.fullmatch(host.lower()) or len(host) > 253:
-            raise ValueError(f"{host!r} is not a host name or IP address")
-        port_text = after if colon else None
-    if port_text is None:
-        if default_port is None:
-            raise ValueError("it needs a port")
-        return HostPort(host, default_port)
-    if not _PORT.fullmatch(port_text) or not 0 < int(port_text) < 65536:
-        raise ValueError(f"{port_text!r} is not a port (1-65535)")
-    return HostPort(host, int(port_text))
+
+
+def _split_v6(text: str) -> tuple[str, str | None]:
+    """Split `[v6]` or `[v6]:port` into the address and the port's text, if any."""
+    inside, closed, rest = text[1:].partition("]")
+    if not closed or (rest and not rest.startswith(":")):
+        raise ValueError("an IPv6 address goes in brackets, e.g. [::1]:443")
+    try:
+        host = str(ipaddress.IPv6Address(inside))
+    except ValueError:
+        raise ValueError(f"{inside!r} is not an IPv6 address") from None
+    return host, rest[1:] if rest else None
+
+
+def _split_named(text: str) -> tuple[str, str | None]:
+    """Split `host` or `host:port` (a name or an IPv4 address) into the host and the port's text."""
+    if text.count(":") > 1:
+        raise ValueError("an IPv6 address goes in brackets, e.g. [::1]:443")
+    host, colon, after = text.partition(":")
+    if not _HOSTNAME.fullmatch(host.lower()) or len(host) > 253:
+        raise ValueError(f"{host!r} is not a host name or IP address")
+    return host, after if colon else None
 
 
 def _header(line: str) -> tuple[str, str]:

@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,6 +202,18 @@ def passwd_lines(home: Path) -> tuple[str, str]:
     return passwd, group
 
 
+def jail_scratch(home: Path, scratch: Path) -> tuple[Path, Path]:
+    """Make the jail's home, and in scratch its tmp and its passwd files; return tmp and
+    the directory holding those files."""
+    tmp, etc = scratch / "tmp", scratch / "etc"
+    for directory in (home, tmp, etc):
+        directory.mkdir(parents=True, exist_ok=True)
+    passwd, group = passwd_lines(home)
+    (etc / "passwd").write_text(passwd)
+    (etc / "group").write_text(group)
+    return tmp, etc
+
+
 # -- what the jail shows of the host -----------------------------------------------------
 
 
@@ -276,48 +289,64 @@ def toolchain_paths(
     leads elsewhere, each program's own install root, and the base interpreter of every
     virtualenv among them. home is the worker's home: never shown whole.
     """
-    found: list[Path] = []
+    shown = _Toolchain(home)
+    for entry in path_dirs:
+        shown.add_path_dir(entry)
+    search = os.pathsep.join(path_dirs)
+    for program in programs:
+        located = program if "/" in program else shutil.which(program, path=search)
+        if located:
+            shown.add_program(Path(located))
+    return tuple(shown.found)
 
-    def add(path: Path) -> None:
-        if not path.exists() or _is_system(path):
+
+class _Toolchain:
+    """The directories a jail shows for a toolchain, gathered one by one, none inside another."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home  # the worker's: never shown whole
+        self.found: list[Path] = []
+
+    def add(self, path: Path) -> None:
+        """Show path, unless the system or a directory already shown holds it; a virtualenv
+        brings its base interpreter."""
+        if not path.exists() or _is_system(path) or self._covered(path):
             return
-        if any(path == seen or seen in path.parents for seen in found):
-            return
-        found[:] = [seen for seen in found if path not in seen.parents]
-        found.append(path)
+        self.found[:] = [seen for seen in self.found if path not in seen.parents]
+        self.found.append(path)
         venv_bin = _venv_home(path)
         if venv_bin is not None:
-            for root in install_roots(Path(os.path.realpath(venv_bin / "python3")), home):
-                add(root)
+            self.add_install_of(Path(os.path.realpath(venv_bin / "python3")))
 
-    def add_program(path: Path) -> None:
-        add(path if not path.is_symlink() else path.parent)
-        real = Path(os.path.realpath(path))
-        if real.parent.name == "bin" and (real.parent.parent / "pyvenv.cfg").exists():
-            add(real.parent.parent)
-        for root in install_roots(real, home):
-            add(root)
+    def _covered(self, path: Path) -> bool:
+        return any(path == seen or seen in path.parents for seen in self.found)
 
-    for entry in path_dirs:
+    def add_install_of(self, target: Path) -> None:
+        """Show where the program at target was installed."""
+        for root in install_roots(target, self.home):
+            self.add(root)
+
+    def add_path_dir(self, entry: str) -> None:
+        """Show a PATH directory (a virtualenv's whole), and where the links in it lead."""
         directory = Path(entry)
         if not entry or not directory.is_dir():
-            continue
+            return
         real = Path(os.path.realpath(directory))
-        add(real.parent if (real.parent / "pyvenv.cfg").exists() else real)
+        self.add(real.parent if (real.parent / "pyvenv.cfg").exists() else real)
         if real.name == "shims" and (real.parent / "versions").is_dir():
-            add(real.parent / "versions")  # pyenv, rbenv, nodenv: shims run a version
+            self.add(real.parent / "versions")  # pyenv, rbenv, nodenv: shims run a version
         if real != directory:
-            add(directory)
+            self.add(directory)
         for child in _links_in(real):
-            for root in install_roots(Path(os.path.realpath(child)), home):
-                add(root)
-    for program in programs:
-        located = (
-            program if "/" in program else shutil.which(program, path=os.pathsep.join(path_dirs))
-        )
-        if located:
-            add_program(Path(located))
-    return tuple(found)
+            self.add_install_of(Path(os.path.realpath(child)))
+
+    def add_program(self, path: Path) -> None:
+        """Show a program found at path, the link's directory too, and where it was installed."""
+        self.add(path if not path.is_symlink() else path.parent)
+        real = Path(os.path.realpath(path))
+        if real.parent.name == "bin" and (real.parent.parent / "pyvenv.cfg").exists():
+            self.add(real.parent.parent)
+        self.add_install_of(real)
 
 
 def _links_in(directory: Path) -> Iterable[Path]:
@@ -408,12 +437,7 @@ class Jails:
         """
         if not self.enabled:
             return None
-        tmp, etc = scratch / "tmp", scratch / "etc"
-        for directory in (home, tmp, etc):
-            directory.mkdir(parents=True, exist_ok=True)
-        passwd, group = passwd_lines(home)
-        (etc / "passwd").write_text(passwd)
-        (etc / "group").write_text(group)
+        tmp, etc = jail_scratch(home, scratch)
         if egress_dir is not None and network != "none":
             programs = (*programs, bridge_python())  # the bridge runs first, on Baton's Python
         toolchain, toolchain_masks = self._toolchain(tuple(programs))
@@ -487,26 +511,14 @@ def sandbox_problem() -> str | None:
     ):
         if _reads_zero(knob) and os.geteuid() != 0:
             return f"user namespaces are disabled: set {fix}"
-    argv = [
-        "bwrap",
-        "--unshare-user",
-        "--unshare-pid",
-        "--unshare-net",
-        "--die-with-parent",
-        "--uid",
-        str(AGENT_UID),
-        *(arg for mount in system_mounts() for arg in _mount_args(mount)),
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--",
-        "true",
-    ]
     try:
-        done = subprocess.run(
-            argv, capture_output=True, timeout=BWRAP_PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL
-        )
+        with tempfile.TemporaryDirectory(prefix="baton-sandbox-check-") as temp:
+            done = subprocess.run(
+                _check_argv(Path(temp)),
+                capture_output=True,
+                timeout=BWRAP_PROBE_TIMEOUT_S,
+                stdin=subprocess.DEVNULL,
+            )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap cannot start: {exc}"
     if done.returncode == 0:
@@ -521,6 +533,16 @@ def sandbox_problem() -> str | None:
             "privileges bubblewrap needs"
         )
     return f"bwrap cannot build the sandbox: {reason}"
+
+
+def _check_argv(root: Path) -> list[str]:
+    """Return the command line that runs `true` in a throwaway jail under root, built as
+    an agent's is: every flag Baton gives bubblewrap, so a platform refusing one fails here."""
+    worktree, home = root / "worktree", root / "home"
+    worktree.mkdir()
+    tmp, etc = jail_scratch(home, root / "scratch")
+    jail = Jail(worktree=worktree, home=home, tmp=tmp, passwd_dir=etc, system=system_mounts())
+    return jail.command(["true"])
 
 
 def _reads_zero(path: str) -> bool:

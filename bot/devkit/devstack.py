@@ -25,7 +25,8 @@ from rq import Worker
 from bot.domain.jobs import AGENTS, EVENTS, job_id
 from bot.domain.model import IssueRef
 
-START_TIMEOUT_S = 30.0
+# How long a part of the stack may take to start: a loaded 2-core machine once took over 30 s.
+START_TIMEOUT_S = 90.0
 
 
 class StackError(Exception):

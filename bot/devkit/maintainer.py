@@ -269,6 +269,24 @@ class Maintainer:
             )
         ]
 
+    async def pull(self, repo: str, number: int) -> dict[str, Any]:
+        """Return a pull request (`mergeable` is null until GitHub has computed it)."""
+        data: dict[str, Any] = await self.gh.getitem(
+            "/repos/{+repo}/pulls/{number}", {"repo": repo, "number": number}
+        )
+        return data
+
+    async def rerequest_check_run(self, repo: str, run_id: int) -> None:
+        """Click "Re-run" on a completed check run (its App gets check_run.rerequested).
+
+        Needs write access to the repository, as on GitHub.
+        """
+        await self.gh.post(
+            "/_sandbox/repos/{+repo}/check-runs/{id}/rerequest",
+            {"repo": repo, "id": run_id},
+            data={},
+        )
+
     async def merge(self, repo: str, number: int) -> dict[str, Any]:
         """Merge a pull request."""
         result: dict[str, Any] = await self.gh.put(

@@ -10,44 +10,15 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict
 
 from bot.domain.model import AuditFinding, AuditKind
+from bot.domain.resources import DiffFile, DiffStatus
 
 FILES_CAP = 3000  # GitHub: "Responses include a maximum of 3000 files."
 SEEN_LIMIT = 120  # characters of a diff's line kept with a finding
-
-Status = Literal["added", "removed", "modified", "renamed", "copied", "changed", "unchanged"]
-
-
-class DiffFile(BaseModel):
-    """One file of a pull request's diff, as GitHub lists it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    filename: str
-    status: Status = "modified"
-    previous_filename: str | None = None
-    additions: int = 0
-    deletions: int = 0
-    patch: str | None = None  # GitHub leaves it out for binary files and very large diffs
-
-    @classmethod
-    def from_api(cls, entry: Mapping[str, Any]) -> DiffFile:
-        """Return the file from one entry of GitHub's list of a pull request's files."""
-        return cls(
-            filename=str(entry["filename"]),
-            status=entry.get("status", "modified"),
-            previous_filename=entry.get("previous_filename"),
-            additions=int(entry.get("additions") or 0),
-            deletions=int(entry.get("deletions") or 0),
-            patch=entry.get("patch"),
-        )
 
 
 def audit(files: Sequence[DiffFile], issue_text: str, *, scope: bool = False) -> list[AuditFinding]:
@@ -96,7 +67,7 @@ def files_of_unified_diff(text: str) -> list[DiffFile]:
         assert git_paths is not None, "a diff section names its files"
         rename_from = re.search(r"^rename from (.+)$", header, re.MULTILINE)
         rename_to = re.search(r"^rename to (.+)$", header, re.MULTILINE)
-        status: Status = "modified"
+        status: DiffStatus = "modified"
         name, previous = git_paths[2], None
         if rename_from and rename_to:
             status, name, previous = "renamed", rename_to[1], rename_from[1]

@@ -42,6 +42,69 @@ def checks_verdict(
     return Verdict.GREEN
 
 
+def reported_by_baton(app_id: int | None, own_app_id: int | None) -> bool:
+    """Tell whether a check suite or check run, reported by the app with app_id, is Baton's.
+
+    Baton's own check run (bot/domain/check_run.py), and the suite GitHub makes for it,
+    show where Baton's work stands: counted, they would hold the head pending on Baton
+    itself and fail it when the issue escalates. GitHub names each one's app by its id,
+    which no other app shares; own_app_id None (the App's id unknown) takes none for Baton's.
+    """
+    return own_app_id is not None and app_id == own_app_id
+
+
+def reported_by_others(
+    reported: Iterable[Mapping[str, Any]], own_app_id: int | None
+) -> list[Mapping[str, Any]]:
+    """Return the check suites or check runs of a head that apps other than Baton reported."""
+    return [
+        entry
+        for entry in reported
+        if not reported_by_baton((entry.get("app") or {}).get("id"), own_app_id)
+    ]
+
+
+def needs_check_runs(
+    suites: Iterable[Mapping[str, Any]],
+    combined_status: Mapping[str, Any] | None,
+    required: Collection[str],
+) -> bool:
+    """Tell whether a head's verdict needs its check runs read: required checks, or a red head.
+
+    Required checks are judged run by run; a red head's failing runs are what the
+    continuation is briefed with.
+    """
+    return bool(required) or checks_verdict(suites, combined_status) is Verdict.RED
+
+
+def head_verdict(
+    suites: Collection[Mapping[str, Any]],
+    combined_status: Mapping[str, Any] | None,
+    check_runs: Iterable[Mapping[str, Any]],
+    required: Collection[str],
+) -> tuple[Verdict, tuple[CheckSummary, ...]]:
+    """Return a head's verdict, with what passed or, for a red head, what failed.
+
+    With required checks named, they alone decide (required_checks_verdict) and
+    they are what passed; without, every check suite and commit status does.
+    check_runs need only be read where needs_check_runs says so.
+    """
+    runs = list(check_runs)
+    if required:
+        verdict = required_checks_verdict(runs, combined_status, required)
+        if verdict is Verdict.RED:
+            return verdict, tuple(failing_checks(runs, combined_status, required))
+        return verdict, tuple(CheckSummary(name=name, conclusion="success") for name in required)
+    verdict = checks_verdict(suites, combined_status)
+    if verdict is Verdict.RED:
+        return verdict, tuple(failing_checks(runs, combined_status))
+    return verdict, tuple(
+        CheckSummary(name=str(suite["app"]["name"]), conclusion=str(suite["conclusion"]))
+        for suite in suites
+        if suite.get("status") == "completed" and suite.get("app")
+    )
+
+
 def combined_state(statuses: Iterable[Mapping[str, Any]]) -> str:
     """Return GitHub's combined state of a head's latest statuses, one per context.
 

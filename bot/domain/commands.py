@@ -1,25 +1,28 @@
-"""Who may steer Baton, and the commands they give it in comments.
+"""Who may steer Baton, the commands they give it in comments, and the agent they pick.
 
 Pure: the one rule for who steers (a repository role at least the configured
-minimum; bots only when trusted), parsing comment commands, and the words Baton
-answers with. `bot/workflows/standing.py` looks roles up; `bot/workflows/steer.py`
-carries out commands.
+minimum; bots only when trusted), parsing comment commands, the words Baton
+answers with, and which agent an attempt runs. `bot/workflows/standing.py` looks
+roles up; what each command does is the table of `bot/domain/plans/commands.py`,
+which `bot/workflows/steer.py` carries out.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
+
+from bot.domain.model import AgentName
 
 Role = Literal["read", "triage", "write", "maintain", "admin"]
 # GitHub's repository roles, weakest first.
 ROLES: tuple[Role, ...] = ("read", "triage", "write", "maintain", "admin")
 BOT = "bot"  # the role a bot account stands with: it has none of its own
 
-CommandName = Literal["status", "retry", "stop", "budget", "pause", "resume"]
+CommandName = Literal["status", "start", "retry", "stop", "budget", "pause", "resume"]
 
 _PLAIN: dict[str, CommandName] = {
     "status": "status",
@@ -28,8 +31,13 @@ _PLAIN: dict[str, CommandName] = {
     "pause": "pause",
     "resume": "resume",
 }
-_KNOWN = "Baton knows `status`, `stop`, `retry`, `budget +N`, `pause` and `resume`"
+_KNOWN = (
+    "Baton knows `status`, `start [--agent NAME]`, `stop`, `retry`, `budget +N`, "
+    "`pause` and `resume`"
+)
 _AMOUNT = re.compile(r"^\+(?P<n>[1-9][0-9]{0,2})$")
+_AGENT_OPTION = "--agent"
+_AGENT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,40}$")  # what a reply may quote of it
 _COMMAND = re.compile(r"^/baton(?:[ \t]+(?P<rest>.*?))?[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _QUOTE = re.compile(r"^ {0,3}>[ \t]?")
@@ -103,6 +111,7 @@ class Command(BaseModel):
 
     name: CommandName
     amount: int | None = None
+    agent: str | None = None  # the agent `start --agent NAME` picks, as written
 
 
 class Refused(BaseModel):
@@ -212,7 +221,69 @@ def _command(text: str, words: list[str]) -> Command | Refused:
         if amount is None:
             return Refused(text=text, reason="say how many more continuations, e.g. `+2`")
         return Command(name="budget", amount=int(amount.group("n")))
+    if name == "start":
+        return _start(text, args)
     return Refused(text=text, reason=_KNOWN)
+
+
+def _start(text: str, args: list[str]) -> Command | Refused:
+    """Read `start`, `start --agent NAME` or `start --agent=NAME`."""
+    if not args:
+        return Command(name="start")
+    option, equals, agent = args[0].partition("=")
+    words = [agent] if equals else args[1:]
+    if option != _AGENT_OPTION or len(args) > (1 if equals else 2):
+        return Refused(text=text, reason="`/baton start` takes only `--agent NAME`")
+    if len(words) != 1 or not _AGENT_NAME.match(words[0]):
+        return Refused(text=text, reason="say which agent, e.g. `--agent codex`")
+    return Command(name="start", agent=words[0].casefold())
+
+
+def offers(agent: str | None, offered: Collection[str], repository: str) -> bool:
+    """Return whether an attempt may run agent: one of the deployment's, or the repository's."""
+    return agent is not None and (agent in offered or agent == repository)
+
+
+def choose_agent(
+    offered: Collection[AgentName],
+    repository: AgentName,
+    kept: str | None = None,
+    asked: str | None = None,
+    labelled: str | None = None,
+) -> AgentName:
+    """Return the agent an attempt runs: the first of these the deployment offers.
+
+    kept is the agent of the attempt it follows (a continuation or retry keeps it);
+    asked the one a steerer's `/baton start --agent` picked; labelled the one a
+    steerer's agent label picks; repository the one the repository's file names
+    (`agent.adapter`), else the deployment's `BATON_AGENT`. offered is
+    `BATON_AGENTS`.
+    """
+    runnable = (*offered, repository)
+    for agent in (kept, asked, labelled):
+        for name in runnable:
+            if name == agent:
+                return name
+    return repository
+
+
+def agent_labels(labels: Iterable[str], prefix: str) -> dict[str, str]:
+    """Return the agent labels among labels, each with the agent it names (lower case)."""
+    folded = prefix.casefold()
+    return {
+        label: label[len(prefix) :].strip().casefold()
+        for label in labels
+        if label.casefold().startswith(folded) and label[len(prefix) :].strip()
+    }
+
+
+def unknown_agent_reply(asked: str, offered: Collection[str]) -> str:
+    """Return the answer to `/baton start --agent NAME` naming an agent the deployment lacks."""
+    names = ", ".join(f"`{name}`" for name in offered)
+    return (
+        f"Baton did not start: `{asked}` is not an agent this deployment runs. It runs "
+        f"{names}: pick one with `/baton start --agent NAME`, or leave `--agent` out."
+    )
 
 
 def queue_refusal_comment(standing: Standing, label: str) -> str:

@@ -11,9 +11,13 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from bot.domain.jobs import JobSpec
+from bot.domain.classify import RunFacts
+from bot.domain.commands import Standing
+from bot.domain.issue_text import Snapshot
+from bot.domain.jobs import JobSpec, RunMode
 from bot.domain.model import IssueRef, Labels
 from bot.domain.render import CheckSummary
+from bot.ops.metrics import Metric
 
 
 class _Effect(BaseModel):
@@ -57,5 +61,184 @@ class Enqueue(_Effect):
     at: datetime | None = None
 
 
-Effect = SetLabel | Report | PostStatus | Enqueue
+class Conclude(_Effect):
+    """Classify the stored run's end from facts and perform its recovery, once.
+
+    checks are what failed, for the continuation's brief.
+    """
+
+    issue: IssueRef
+    attempt: int
+    facts: RunFacts
+    checks: tuple[CheckSummary, ...] = ()
+
+
+class HoldForAudit(_Effect):
+    """Keep the stored green run its settlement audit flagged from review, and escalate it."""
+
+    issue: IssueRef
+    attempt: int
+
+
+class SettleHeadAt(_Effect):
+    """Settle the run that pushed head_sha at an instant: when its silence counts as no CI."""
+
+    installation_id: int
+    repo: str
+    head_sha: str
+    at: datetime
+
+
+class HoldStart(_Effect):
+    """Hold a start while its repository is paused: resuming the repository makes it.
+
+    text is the issue as queued, where the start carries it: the hold keeps it.
+    """
+
+    issue: IssueRef
+    mode: RunMode
+    after: int
+    text: Snapshot | None = None
+
+
+class RecordWait(_Effect):
+    """Index the issue as waiting to start until an instant (a closed window, full slots)."""
+
+    issue: IssueRef
+    until: datetime
+
+
+class RefuseQueueLabel(_Effect):
+    """Undo a queue label someone who may not queue put on: label off, one comment, logged."""
+
+    issue: IssueRef
+    label: str
+    standing: Standing
+
+
+class ReportConfigError(_Effect):
+    """Put what is wrong with the repository's file in the status comment, once per version."""
+
+    issue: IssueRef
+    blob_sha: str
+    body: str
+
+
+class Count(_Effect):
+    """Add one to a counter's series (values name it)."""
+
+    metric: Metric
+    values: tuple[str, ...] = ()
+
+
+class HaltRun(_Effect):
+    """Halt the stored run until resume_at; close the account's usage window until then.
+
+    The issue is indexed as halted, so the sweep and `baton resume` find it.
+    """
+
+    issue: IssueRef
+    attempt: int
+    account: str
+    resume_at: datetime
+
+
+class MarkEscalated(_Effect):
+    """Record on the stored run that it was handed to a maintainer."""
+
+    issue: IssueRef
+    attempt: int
+
+
+class Escalate(_Effect):
+    """Post the escalation comment once per run and key; then, that first time, perform then.
+
+    That first time, Baton's check run shows the escalation too, linked to the comment.
+    A comment that fails to post is forgotten again, so the job's retry posts it.
+    """
+
+    issue: IssueRef
+    attempt: int
+    key: str
+    reason: str
+    body: str
+    then: Plan = ()
+
+
+class SettleHead(_Effect):
+    """Settle the run that pushed head_sha now, unless a settlement of it waits queued already."""
+
+    installation_id: int
+    repo: str
+    head_sha: str
+
+
+class Relabel(_Effect):
+    """Bring the issue's Baton labels back to its recorded state from live, what it carries."""
+
+    issue: IssueRef
+    labels: Labels
+    live: frozenset[str]
+
+
+class React(_Effect):
+    """React to a comment on an issue or pull request (`+1`, `confused`)."""
+
+    repo: str
+    comment_id: int
+    content: str
+
+
+class PostComment(_Effect):
+    """Post a new comment on the issue (or pull request)."""
+
+    issue: IssueRef
+    body: str
+
+
+class MarkReady(_Effect):
+    """Mark the issue's pull request ready for review, where Baton opened it as a draft."""
+
+    issue: IssueRef
+    pull: int
+
+
+class StopRun(_Effect):
+    """Ask whoever runs the issue to stop: its worker stops the agent (admin-kill)."""
+
+    issue: IssueRef
+
+
+class PauseRepo(_Effect):
+    """Hold every new claim in the repository from at until it is resumed."""
+
+    repo: str
+    at: datetime
+
+
+Effect = (
+    SetLabel
+    | Report
+    | PostStatus
+    | Enqueue
+    | Conclude
+    | HoldForAudit
+    | SettleHeadAt
+    | HoldStart
+    | RecordWait
+    | RefuseQueueLabel
+    | ReportConfigError
+    | Count
+    | HaltRun
+    | MarkEscalated
+    | Escalate
+    | SettleHead
+    | Relabel
+    | React
+    | PostComment
+    | MarkReady
+    | StopRun
+    | PauseRepo
+)
 Plan = tuple[Effect, ...]
+Escalate.model_rebuild()  # then names Plan, defined after it

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Literal, cast
+from typing import Literal, cast, get_args
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 BODY_CAP = 65_536  # characters of a body kept: GitHub's own limit on an issue's body
 OTHERS_KEPT = 20  # edits not taken in that a record keeps (the latest), for its notes
 
-How = Literal["label", "chain", "sweep", "claim"]
+How = Literal["label", "chain", "command", "sweep", "claim"]
+_KNOWN_TIME: tuple[How, ...] = ("label", "chain", "command")  # queueings whose time is known
 TextField = Literal["title", "body"]
 
 
@@ -37,7 +38,8 @@ class Snapshot(BaseModel):
     at: AwareDatetime  # when it was queued: GitHub's time of the label event, or of the read
     by: str | None = None  # who queued it, where known
     # label: from the label event; chain: read when its tracking issue was queued;
-    # sweep: read by the sweep, its label event lost; claim: read when an attempt found none.
+    # command: read when a steerer's `/baton start` queued it; sweep: read by the sweep,
+    # its label event lost; claim: read when an attempt found none.
     how: How
 
 
@@ -99,7 +101,7 @@ def snapshot(title: str, body: str | None, at: datetime, by: str | None, how: Ho
 def from_job(title: str, body: str, queued_at: str, how: str, by: str | None) -> Snapshot | None:
     """Return the snapshot a job's arguments carry (see bot/edges/queue.py), or None if none."""
     at = github_time(queued_at)
-    if at is None or how not in ("label", "chain", "sweep", "claim"):
+    if at is None or how not in get_args(How):
         return None
     return snapshot(title, body, at, by, cast(How, how))
 
@@ -120,7 +122,7 @@ def queue(
 ) -> IssueText | None:
     """Return the record once the issue is queued with this text; None to keep it as it is.
 
-    A queueing at a known time (a label event, a chain's) replaces an earlier one,
+    A queueing at a known time (a label event, a chain's, a command's) replaces an earlier one,
     never a later or the same one: a repeated or late job changes nothing. A text
     read later (the sweep's, an attempt's that found none) stands for a queueing
     whose time is unknown: it replaces only a snapshot older than replaces_before
@@ -129,7 +131,7 @@ def queue(
     """
     if current is not None and current.queued is not None:
         recorded = current.queued.at
-        if queued.how in ("label", "chain"):
+        if queued.how in _KNOWN_TIME:
             if queued.at <= recorded:
                 return None
         elif replaces_before is None or recorded >= replaces_before:

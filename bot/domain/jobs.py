@@ -24,6 +24,7 @@ QUEUES = (EVENTS, AGENTS)  # the order a worker on both takes work in
 RETIRED_QUEUES = ("baton-maintenance",)
 
 SETTLE_TIMEOUT_S = 120
+MERGEABLE_TIMEOUT_S = 600
 RUN_ISSUE = "jobs.run.run_issue"
 _NOT_IN_JOB_ID = re.compile(r"[^A-Za-z0-9_-]+")
 
@@ -68,6 +69,7 @@ def run_issue_job(
     queued_by: str | None = None,
     text: Snapshot | None = None,
     labels: Sequence[str] | None = None,
+    agent: str | None = None,
 ) -> JobSpec:
     """Return the job for an attempt at an issue (it claims the issue: a duplicate is harmless).
 
@@ -75,7 +77,8 @@ def run_issue_job(
     queued_by is the login that put the queue label on, for a fresh run, where it is known.
     text is the issue as its label event carried it (or the sweep read it): the run
     records it once whoever queued it is known to steer Baton. labels are the ones its
-    label event showed on the issue, which a prompt start takes for a read of it.
+    label event showed on the issue, which a prompt start takes for a read of it. agent
+    is the one a steerer's `/baton start --agent` picked for it, where one did.
     """
     return JobSpec(
         queue=AGENTS,
@@ -89,6 +92,7 @@ def run_issue_job(
             queued_by or "",
             *_text_args(text),
             json.dumps(sorted(labels)) if labels is not None else "",
+            *((agent,) if agent else ()),  # only where picked: the other starts' arguments stay
         ),
         job_id=job_id("run", issue.repo, issue.number, mode.value, key),
         # Longer than the agent's own cap, so the run ends itself and reports why.
@@ -227,6 +231,41 @@ def advance_chain_job(chain: Chain, because: str) -> JobSpec:
     )
 
 
+def mergeable_job(
+    installation_id: int,
+    repo: str,
+    base: str,
+    after: str,
+    look: int = 0,
+    pulls: Sequence[int] = (),
+    updating: Sequence[int] = (),
+) -> JobSpec:
+    """Return the job that keeps Baton's open pull requests on base mergeable after a push.
+
+    after is the commit the push left base at: one job per push, and one per look
+    of it. Look 0 finds the pull requests to look at; each later look reads those
+    still to decide, pulls, and the ones whose branch Baton asked GitHub to update,
+    updating (bot/domain/plans/mergeable.py).
+    """
+    return JobSpec(
+        queue=EVENTS,
+        func="jobs.mergeable.keep_mergeable",
+        args=(
+            installation_id,
+            repo,
+            base,
+            after,
+            look,
+            ",".join(map(str, pulls)),
+            ",".join(map(str, updating)),
+        ),
+        job_id=job_id("mergeable", repo, base, after, look),
+        # A fetch of the repository and a trial merge per pull request, besides the reads.
+        timeout_s=MERGEABLE_TIMEOUT_S,
+        description=f"mergeable {repo}:{base}@{after[:12]} look {look}",
+    )
+
+
 def issue_edited_job(
     issue: IssueRef,
     editor: str,
@@ -273,6 +312,23 @@ def command_job(issue: IssueRef, comment_id: int) -> JobSpec:
         job_id=job_id("command", issue.repo, comment_id),
         timeout_s=SETTLE_TIMEOUT_S,
         description=f"command in {issue} comment {comment_id}",
+    )
+
+
+def rerun_job(
+    installation_id: int, repo: str, head_sha: str, login: str, kind: str, delivery_id: str
+) -> JobSpec:
+    """Return the job that takes a re-run of Baton's check run on a head as `/baton retry`.
+
+    login asked for it (kind: `User` or `Bot`); one job per delivery, however delivered.
+    """
+    return JobSpec(
+        queue=EVENTS,
+        func="jobs.steering.handle_rerun",
+        args=(installation_id, repo, head_sha, login, kind, delivery_id),
+        job_id=job_id("rerun", repo, delivery_id),
+        timeout_s=SETTLE_TIMEOUT_S,
+        description=f"re-run of Baton's check run on {repo}@{head_sha[:12]}",
     )
 
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 import enum
 import itertools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import MappingProxyType
 from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 _REPO_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+
+AgentName = Literal["command", "claude", "codex", "aider"]  # the agent adapters Baton has
 
 
 def utcnow() -> datetime:
@@ -80,6 +83,54 @@ _TERMINAL = frozenset(
         RunState.HALTED,
     }
 )
+
+# Its pull request merged or closed, or its issue gone, ends a run wherever it stands.
+_ENDED_BY_ITS_PULL = frozenset({RunState.MERGED, RunState.CLOSED})
+
+# Every move Baton makes of a run: from each state, the states it may go to next. A retry,
+# a continuation or a resumption is the next attempt, a new run that starts claimed: no run
+# is worked on again once its agent stopped. docs/architecture.md draws this table
+# (`lifecycle_diagram`).
+TRANSITIONS: Mapping[RunState, frozenset[RunState]] = MappingProxyType(
+    {
+        # Provisioning starts; an error of git, GitHub or the agent's setup fails the attempt,
+        # and so does its worker dying (the sweep finds the run orphaned).
+        RunState.CLAIMED: frozenset({RunState.PROVISIONING, RunState.FAILED}) | _ENDED_BY_ITS_PULL,
+        RunState.PROVISIONING: frozenset({RunState.RUNNING, RunState.FAILED}) | _ENDED_BY_ITS_PULL,
+        # Pushed with its pull request open; failed (the agent, the push, the pull request, or
+        # its worker stopping); stopped by a maintainer; finished with nothing changed.
+        RunState.RUNNING: frozenset(
+            {RunState.PUSHED_PENDING, RunState.FAILED, RunState.KILLED, RunState.NO_CHANGE}
+        )
+        | _ENDED_BY_ITS_PULL,
+        # Its head's checks settle it green or red; a review requests changes.
+        RunState.PUSHED_PENDING: frozenset({RunState.PUSHED_GREEN, RunState.FAILED})
+        | _ENDED_BY_ITS_PULL,
+        # A review requests changes, its settlement audit holds it, or restacking it onto
+        # the link below conflicts; restacked cleanly, its new head waits for checks again.
+        RunState.PUSHED_GREEN: frozenset({RunState.PUSHED_PENDING, RunState.FAILED})
+        | _ENDED_BY_ITS_PULL,
+        # A provider's usage window halts a failed run until it reopens; a link holding
+        # pushed work is restacked whatever ended it.
+        RunState.FAILED: frozenset({RunState.HALTED, RunState.PUSHED_PENDING}) | _ENDED_BY_ITS_PULL,
+        RunState.KILLED: frozenset({RunState.PUSHED_PENDING}) | _ENDED_BY_ITS_PULL,
+        RunState.HALTED: frozenset({RunState.PUSHED_PENDING}) | _ENDED_BY_ITS_PULL,
+        RunState.NO_CHANGE: _ENDED_BY_ITS_PULL,
+        RunState.MERGED: frozenset(),
+        RunState.CLOSED: frozenset(),
+    }
+)
+
+
+def lifecycle_diagram() -> str:
+    """Return TRANSITIONS as a Mermaid state diagram: every run starts claimed (`Run.claimed`)."""
+    lines = ["stateDiagram-v2"]
+    lines += [f'    state "{state.value}" as {state.name}' for state in RunState]
+    lines.append(f"    [*] --> {RunState.CLAIMED.name}")
+    for state in RunState:
+        lines += [f"    {state.name} --> {to.name}" for to in RunState if to in TRANSITIONS[state]]
+    lines += [f"    {state.name} --> [*]" for state in RunState if not TRANSITIONS[state]]
+    return "\n".join(lines) + "\n"
 
 
 class FailureClass(enum.StrEnum):
@@ -290,6 +341,8 @@ class Labels(BaseModel):
     review: str = "baton:review"
     halted: str = "baton:halted"
     escalated: str = "baton:escalated"
+    # Not a state: `<agent_prefix><name>` on an issue picks the agent its runs use.
+    agent_prefix: str = "baton:agent:"
 
     @property
     def states(self) -> frozenset[str]:
@@ -341,6 +394,9 @@ class Run(BaseModel):
     pr_url: str | None = None
     changed_files: list[str] = Field(default_factory=list)
     agent_result: AgentResult | None = None
+    agent: str | None = Field(
+        default=None, description="the agent the attempt runs (absent on older records)"
+    )
     continuation_of: int | None = Field(
         default=None, description="the attempt this one continues on the same branch"
     )

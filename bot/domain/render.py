@@ -24,6 +24,7 @@ AUDIT_HEADING = "### ⚠ Audit: this green PR may weaken its tests"
 AUDIT_SHOWN = 40  # flags listed in a status comment; the rest are counted
 AUDIT_IN_REASON = 5  # flags named in an escalation's reason
 SALVAGED_NAMED = 20  # salvaged files a brief names
+REFUSED_HOSTS_SHOWN = 10  # hosts the sandbox refused that a status line names
 
 _STATE_WORDS = {
     RunState.CLAIMED: "Claimed: getting ready to work on this issue.",
@@ -138,11 +139,18 @@ def _last(text: str, limit: int) -> str:
 
 
 def transcript_pointer(run: Run) -> str:
-    """Return where the whole of what the run's agent said can be read: its transcript."""
-    agent = run.agent_result
-    if agent is None:
+    """Return where the whole of what the run's agent said can be read: its transcript.
+
+    It is kept where every machine reads it (bot/workflows/transcripts.py): the operator
+    reads it with `baton transcript` or from the status page.
+    """
+    if run.agent_result is None:
         return f"the run's logs on the worker (run `{run.run_id}`)"
-    return f"the run's transcript (`{agent.transcript_path}` on the worker, run `{run.run_id}`)"
+    issue = run.issue
+    return (
+        f"the run's transcript (`baton transcript {issue.repo}#{issue.number} "
+        f"--attempt {run.attempt}`, or the status page)"
+    )
 
 
 class CheckSummary(BaseModel):
@@ -287,7 +295,7 @@ def status_comment(
         STATUS_MARKER,
         f"**Baton** · attempt {run.attempt} · {run.state.value}",
         "",
-        _state_words(run),
+        state_words(run),
     ]
     for note in notes:
         lines += ["", note]
@@ -300,6 +308,8 @@ def status_comment(
         lines += ["", f"Reason: {reason}"]
     if run.agent_result is not None and (refused := refusals(run.agent_result.denials)):
         lines += ["", refused]
+    if run.agent_result is not None and (hosts := sandbox_refusals(run.agent_result.refused_hosts)):
+        lines += ["", hosts]
     if run.state is RunState.PUSHED_PENDING and run.policy and run.policy.required_checks:
         names = ", ".join(f"`{inert(name)}`" for name in run.policy.required_checks)
         lines += ["", f"Waiting for its required checks: {names}."]
@@ -309,6 +319,8 @@ def status_comment(
     if run.pr_url:
         history = f" ([history and checks]({pull_comment_url}))" if pull_comment_url else ""
         lines += ["", f"Pull request: {run.pr_url}{history}"]
+    if run.agent is not None:
+        lines += ["", f"Agent: `{run.agent}`"]
     spent = duration(run.wall_clock(now))
     lines += ["", f"Branch `{run.branch}` · {spent} {'so far' if run.state.is_live else 'in all'}"]
     return _fit_comment(lines, run)
@@ -331,7 +343,7 @@ def status_key(
 ) -> str:
     """Return what the issue's status comment says, as a key: the comment is rewritten
     only when this changes (the time spent, shown in passing, does not count)."""
-    return _key(
+    parts: list[object] = [
         run.attempt,
         status_phase(run.state),
         next_step,
@@ -341,7 +353,12 @@ def status_key(
         list(notes),
         run.agent_result.denials if run.agent_result is not None else [],
         [finding.model_dump() for finding in run.audit],
-    )
+    ]
+    if run.agent_result is not None and (hosts := sandbox_refusals(run.agent_result.refused_hosts)):
+        parts.append(hosts)  # only then: the keys of comments without the line stay the same
+    if run.agent is not None:
+        parts.append(f"agent {run.agent}")  # likewise
+    return _key(*parts)
 
 
 def pull_comment_due(runs: Sequence[Run], has_comment: bool, told: bool = False) -> bool:
@@ -401,6 +418,19 @@ def refusals(denials: Sequence[str]) -> str | None:
         f"{' and '.join(parts)} {verb} refused by the agent CLI's permission rules "
         "(each is listed in the run record)."
     )
+
+
+def sandbox_refusals(hosts: Sequence[str]) -> str | None:
+    """Return the line naming the hosts the agent's sandbox refused to connect to, None if none.
+
+    The first REFUSED_HOSTS_SHOWN are named and the rest counted: the worker's log names each.
+    """
+    if not hosts:
+        return None
+    named = ", ".join(hosts[:REFUSED_HOSTS_SHOWN])
+    more = len(hosts) - REFUSED_HOSTS_SHOWN
+    rest = f" and {more} more (the worker's log names each)" if more > 0 else ""
+    return f"The sandbox refused connections to: {inert(named)}{rest}."
 
 
 def _fit_comment(lines: list[str], run: Run) -> str:
@@ -482,7 +512,7 @@ def pull_status_comment(
         STATUS_MARKER,
         f"**Baton** · attempt {current.attempt} · {current.state.value}",
         "",
-        _state_words(current),
+        state_words(current),
         *audit_section(current),
         "",
         f"Next: {inert(next_step)}",
@@ -494,16 +524,21 @@ def pull_status_comment(
             inert(f"- {c.name}: {c.conclusion}" + (f" ({c.title})" if c.title else ""))
             for c in checks
         ]
-    lines += [
-        "",
-        "| attempt | result | duration | turns | cost | head |",
-        "|---|---|---|---|---|---|",
-    ]
-    lines += [_history_row(run, now) for run in runs]
+    lines += ["", *attempt_table(runs, now)]
     return _fit_comment(lines, current)
 
 
-def _state_words(run: Run) -> str:
+def attempt_table(runs: Sequence[Run], now: datetime) -> list[str]:
+    """Return the lines of the table of attempts: result, duration, turns, cost and head of each."""
+    return [
+        "| attempt | result | duration | turns | cost | head |",
+        "|---|---|---|---|---|---|",
+        *(_history_row(run, now) for run in runs),
+    ]
+
+
+def state_words(run: Run) -> str:
+    """Return where the run stands, in a sentence."""
     if run.failure_class == FailureClass.AUDIT_FLAGGED.value:
         return "The pull request's checks passed, but its settlement audit holds it from review."
     return _STATE_WORDS[run.state]

@@ -176,6 +176,16 @@ class RepoConfig(_FileModel):
         "is not started and the issue escalates. It can lower `BATON_MAX_COST_USD`, never "
         "raise it. Unset: `BATON_MAX_COST_USD` (no cost cap, unless set).",
     )
+    monthly_budget_usd: float | None = Field(
+        default=None,
+        gt=0,
+        description="The most this repository's agents may spend, in US dollars, over the "
+        "rolling 30 days (UTC days: today and the 29 before it); once spent, a newly queued "
+        "issue waits, saying until when, and starts when enough of the oldest spend has left "
+        "the window. Issues already started go on, within `max_cost_usd`. It can lower "
+        "`BATON_MONTHLY_BUDGET_USD`, never raise it. Unset: `BATON_MONTHLY_BUDGET_USD` "
+        "(no budget, unless set).",
+    )
     halt_on_usage_window: bool | None = Field(
         default=None,
         description="When the agent's provider account meets a usage window, halt the "
@@ -201,6 +211,13 @@ class RepoConfig(_FileModel):
         default=False,
         description="The settlement audit also flags each changed file the issue's text "
         "does not mention (by path, file name or folder; a test file by the file it tests).",
+    )
+    draft_until_green: bool = Field(
+        default=False,
+        description="Open each pull request as a draft, and mark it ready for review once "
+        "its checks settle green, so reviewers are not asked to look at a failing one. A "
+        "pull request once ready stays ready: a continuation after requested changes never "
+        "turns it back into a draft.",
     )
     escalation_mentions: list[str] | None = Field(
         default=None,
@@ -228,6 +245,14 @@ class RepoConfig(_FileModel):
         description="With no `required_checks`, how long after a push a head on which no "
         "check suite and no commit status has appeared counts as green (the repository "
         "runs no CI for it). Unset: `BATON_NO_CHECKS_AFTER_SECONDS` (120).",
+    )
+    update_branch: bool = Field(
+        default=False,
+        description="When the base branch moves and one of Baton's open pull requests is only "
+        "behind it (no conflict), merge the base into the pull request's branch, as GitHub's "
+        "Update branch button does, and settle the new head's checks. Off: such a pull request is "
+        "left as it is. A pull request that conflicts goes back to the agent either way, as "
+        "a `merge-conflict` continuation.",
     )
     steer_min_role: Role | None = Field(
         default=None,
@@ -303,6 +328,7 @@ _CAPPED_KEYS: tuple[tuple[str, str], ...] = (
     ("max_continuations", "max_continuations"),
     ("max_resume_reentries", "max_resume_reentries"),
     ("max_cost_usd", "max_cost_usd"),
+    ("monthly_budget_usd", "monthly_budget_usd"),
     ("max_concurrent_runs", "max_concurrent_runs_per_repo"),
     ("wall_clock_minutes", "agent_wall_clock_minutes"),
     ("agent.max_turns", "agent_max_turns"),
@@ -378,6 +404,7 @@ def apply_repo_config(settings: Settings, config: RepoConfig) -> Settings:
         "max_resume_reentries": ("max_resume_reentries", config.max_resume_reentries),
         "wall_clock_minutes": ("agent_wall_clock_minutes", config.wall_clock_minutes),
         "max_cost_usd": ("max_cost_usd", config.max_cost_usd),
+        "monthly_budget_usd": ("monthly_budget_usd", config.monthly_budget_usd),
         "escalation_mentions": ("escalation_mentions", config.escalation_mentions),
         "halt_on_usage_window": ("halt_on_usage_window", config.halt_on_usage_window),
         "max_concurrent_runs": ("max_concurrent_runs_per_repo", config.max_concurrent_runs),
@@ -627,10 +654,12 @@ max_continuations: 3
 max_resume_reentries: 1
 wall_clock_minutes: 45
 max_cost_usd: 20
+monthly_budget_usd: 500
 halt_on_usage_window: true
 strict_preflight: false
 audit: hold
 audit_scope: true
+draft_until_green: true
 escalation_mentions:
   - octocat
   - hubot
@@ -639,6 +668,7 @@ required_checks:
   - test (3.12)
   - lint
 no_checks_after_seconds: 300  # used only without required_checks
+update_branch: true
 steer_min_role: maintain
 setup:  # where the deployment sets BATON_ALLOW_REPO_COMMANDS
   - npm ci
@@ -671,9 +701,10 @@ def config_reference() -> str:
         "A file that is empty or holds only comments changes nothing. An unknown key or a "
         "value of the wrong type is an error, reported with the key and its line.",
         "",
-        "A key that sets a limit (attempts, continuations, resumptions, cost, run slots, "
-        "wall clock, turns) can lower the deployment's own limit or repeat it, never raise "
-        "it; where the deployment sets none, any value is a lowering. `steer_min_role` is "
+        "A key that sets a limit (attempts, continuations, resumptions, cost, monthly "
+        "budget, run slots, wall clock, turns) can lower the deployment's own limit or "
+        "repeat it, never raise it; where the deployment sets none, any value is a "
+        "lowering. `steer_min_role` is "
         "the other way round: it can raise the role needed to steer Baton, never lower "
         "it. Commands the worker "
         "runs for the repository (`agent.adapter: command`, `agent.command`, `setup`) are "

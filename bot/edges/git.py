@@ -227,6 +227,15 @@ class Rebased:
     conflicts: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class TrialMerge:
+    """What merging a base branch into a head would do: tried in the mirror, pushed nowhere."""
+
+    parents: tuple[str, ...]  # the head's own parents, first parent first
+    behind: bool  # the base has commits the head lacks
+    conflicts: tuple[str, ...]  # the files the merge conflicts in
+
+
 class CheckoutGit:
     """Git in the agent's checkout: only ever inside the agent's jail, never with a credential.
 
@@ -695,14 +704,7 @@ class Workspace:
         """
         mirror = self.mirror_path(repo)
         tip = await self.rev_parse(mirror, f"refs/remotes/origin/{branch}")
-        path = self.data_dir / "rebases" / repo / branch.replace("/", "-")
-        async with _file_lock(mirror.with_suffix(".lock")):
-            if path.exists():
-                await self.git.run(mirror, "worktree", "remove", "--force", str(path))
-            await self.git.run(mirror, "worktree", "prune")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            await self.git.run(mirror, "worktree", "add", "--quiet", "--detach", str(path), tip)
-        try:
+        async with self._scratch(repo, "rebases", branch, tip) as path:
             upstream = (await self.git.run(path, "merge-base", "HEAD", built_on)).strip()
             try:
                 await self.git.run(path, "rebase", "--quiet", "--onto", onto, upstream)
@@ -714,9 +716,52 @@ class Workspace:
             if new_tip != tip:
                 await self.push(repo, clone_url, branch, new_tip, token, tip)
             return Rebased(tip=new_tip, conflicts=())
-        finally:
+
+    async def trial_merge(self, repo: str, branch: str, head: str, base: str) -> TrialMerge:
+        """Try merging base, as last fetched, into branch at head, and push nothing.
+
+        The mirror is Baton's own, so what the merge names comes from Baton's git alone.
+        It runs in a worktree of its own, only when the base has commits head lacks.
+        """
+        mirror = self.mirror_path(repo)
+        onto = f"refs/remotes/origin/{base}"
+        listed = await self.git.run(mirror, "rev-list", "--parents", "--max-count=1", head)
+        behind_by = int(await self.git.run(mirror, "rev-list", "--count", f"{head}..{onto}"))
+        conflicts: tuple[str, ...] = ()
+        if behind_by:
+            async with self._scratch(repo, "merges", branch, head) as path:
+                try:
+                    await self.git.run(path, "merge", "--quiet", "--no-commit", "--no-ff", onto)
+                except GitError:
+                    named = await self.git.run(path, "diff", "--name-only", "-z", "--diff-filter=U")
+                    conflicts = tuple(name for name in named.split("\0") if name)
+        return TrialMerge(
+            parents=tuple(listed.split()[1:]), behind=behind_by > 0, conflicts=conflicts
+        )
+
+    @asynccontextmanager
+    async def _scratch(self, repo: str, kind: str, branch: str, commit: str) -> AsyncIterator[Path]:
+        """Check commit out, detached, in a scratch worktree of the mirror: Baton's git alone.
+
+        One per kind of work and branch, used by one job at a time on this machine, and
+        removed again afterwards however the work ended.
+        """
+        mirror = self.mirror_path(repo)
+        path = self.data_dir / kind / repo / branch.replace("/", "-")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        async with _file_lock(path.parent / f"{path.name}.lock"):
             async with _file_lock(mirror.with_suffix(".lock")):
-                await self.git.run(mirror, "worktree", "remove", "--force", str(path))
+                if path.exists():
+                    await self.git.run(mirror, "worktree", "remove", "--force", str(path))
+                await self.git.run(mirror, "worktree", "prune")
+                await self.git.run(
+                    mirror, "worktree", "add", "--quiet", "--detach", str(path), commit
+                )
+            try:
+                yield path
+            finally:
+                async with _file_lock(mirror.with_suffix(".lock")):
+                    await self.git.run(mirror, "worktree", "remove", "--force", str(path))
 
     async def push(
         self,

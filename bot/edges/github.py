@@ -18,12 +18,13 @@ from collections.abc import (
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import aiohttp
 import redis
-from gidgethub import HTTPException, apps, sansio
+from gidgethub import BadRequest, HTTPException, apps, sansio
 from gidgethub.aiohttp import GitHubAPI
 
 from bot.domain.model import utcnow
@@ -253,6 +254,18 @@ class GitHubClient(GitHubAPI):
         return True
 
 
+class InstallationGone(BadRequest):
+    """GitHub has no such installation of the App (uninstalled, or never was): 404."""
+
+    def __init__(self, installation_id: int, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(
+            HTTPStatus.NOT_FOUND,
+            f"the App has no installation {installation_id}",
+            headers=headers,
+        )
+        self.installation_id = installation_id
+
+
 class GitHubApp:
     """One GitHub App: its JWT, its installations' tokens and clients."""
 
@@ -297,12 +310,17 @@ class GitHubApp:
         cached = self._store.installation_token(self.identity, installation_id)
         if cached is not None:
             return cached
-        data = await apps.get_installation_access_token(
-            self.app_client(),
-            installation_id=str(installation_id),
-            app_id=self._settings.app_id,
-            private_key=self._settings.private_key,
-        )
+        try:
+            data = await apps.get_installation_access_token(
+                self.app_client(),
+                installation_id=str(installation_id),
+                app_id=self._settings.app_id,
+                private_key=self._settings.private_key,
+            )
+        except BadRequest as exc:
+            if exc.status_code == HTTPStatus.NOT_FOUND:
+                raise InstallationGone(installation_id, exc.headers) from exc
+            raise
         minted = CachedToken(str(data["token"]), time.time())
         expires_at = datetime.fromisoformat(str(data["expires_at"]).replace("Z", "+00:00"))
         ttl = int((expires_at - utcnow()).total_seconds()) - TOKEN_SAFETY_MARGIN_S
@@ -330,17 +348,6 @@ class GitHubApp:
         login = f"{app['slug']}[bot]"
         self._store.set_bot_login(login)
         return login
-
-    async def learn_bot_user_id(self, installation_id: int) -> int:
-        """Return the bot account's id, fetching it once from GET /users/{login}."""
-        known = self._store.bot_user_id()
-        if known is not None:
-            return known
-        login = await self.learn_bot_login()
-        gh = await self.for_installation(installation_id)
-        user = await gh.getitem("/users/{login}", {"login": login})
-        self._store.set_bot_user_id(int(user["id"]))
-        return int(user["id"])
 
 
 @asynccontextmanager

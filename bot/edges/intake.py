@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from bot.domain.jobs import JOB_SPECS, JobSpec
 from bot.edges.queue import Dispatcher
 from bot.edges.store import IntakeEntry, IntakeLog, Store
+from bot.ops.logs import configure_logging
 from bot.ops.settings import load_settings
 
 log = logging.getLogger(__name__)
@@ -194,7 +195,5 @@ class ForwarderProcess:
 
 
 def _forwarder_main(verbose: bool) -> None:
-    from bot.ops.cli import configure_logging
-
     configure_logging(verbose)
     run_forwarder()

@@ -11,28 +11,14 @@ from pathlib import Path
 from bot.agents import AgentConfigError
 from bot.domain.manifest import DEFAULT_MANIFEST_PATH
 from bot.edges.store import Store, StoreError
+from bot.ops.logs import configure_logging
 from bot.ops.settings import Settings, SettingsError, load_settings
 
 log = logging.getLogger("baton")
-LOG_FORMAT_VARIABLE = "BATON_LOG_FORMAT"  # read before settings: the first lines need it
 
 
 class CommandError(Exception):
     """A command cannot go on; its message is the one line the operator sees."""
-
-
-def configure_logging(verbose: bool = False) -> None:
-    """Log one line per event to stderr: a JSON object, or text with BATON_LOG_FORMAT=text."""
-    import os
-
-    from bot.ops.logs import install, log_format_named
-
-    try:
-        log_format = log_format_named(os.environ.get(LOG_FORMAT_VARIABLE, "json"))
-    except ValueError as exc:
-        print(f"baton: {LOG_FORMAT_VARIABLE}: {exc}", file=sys.stderr)
-        raise SystemExit(2) from exc
-    install(log_format, logging.DEBUG if verbose else logging.INFO)
 
 
 def _connected_store(settings: Settings) -> Store:
@@ -47,10 +33,11 @@ def cmd_web(args: argparse.Namespace) -> int:
 
     from bot.edges.queue import Dispatcher
     from bot.web.app import create_app
+    from handlers import router
 
     settings = load_settings()
     store = _connected_store(settings)
-    app = create_app(settings, store, Dispatcher.from_url(settings.redis_url, settings))
+    app = create_app(settings, store, Dispatcher.from_url(settings.redis_url, settings), router)
     log.info("baton web listening on %s:%d", args.host, settings.port)
     web.run_app(app, host=args.host, port=settings.port, access_log=None, print=None)
     return 0
@@ -59,16 +46,17 @@ def cmd_web(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     """Work jobs off Baton's queues; on SIGTERM, hand running work over within the grace."""
     from bot.agents import adapter_for
-    from bot.domain.jobs import QUEUES, RETIRED_QUEUES
+    from bot.domain.jobs import AGENTS, QUEUES, RETIRED_QUEUES
     from bot.edges.intake import ForwarderProcess
     from bot.edges.queue import Dispatcher
     from bot.ops.worker import BatonWorker
 
     settings = load_settings()
-    _connected_store(settings).ensure_intake_group()
+    store = _connected_store(settings)
+    store.ensure_intake_group()
     settings.app_id  # noqa: B018 - a worker without App credentials can do nothing useful
     settings.private_key  # noqa: B018
-    if set(args.queues) & {"baton-agents"}:
+    if AGENTS in args.queues:
         adapter_for(settings)  # refuse to start with an agent that cannot run
         _check_sandbox(settings)
     retired = [name for name in args.queues if name in RETIRED_QUEUES]
@@ -82,6 +70,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import jobs.chains
     import jobs.config
     import jobs.labels
+    import jobs.mergeable
     import jobs.run
     import jobs.settle
     import jobs.steering  # noqa: F401
@@ -91,6 +80,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
         [dispatch.queues[name] for name in args.queues],
         connection=dispatch.connection,
         grace_seconds=settings.shutdown_grace_seconds,
+        report_uncontained=(
+            store.report_uncontained
+            if settings.agent_sandbox == "off" and AGENTS in args.queues
+            else None
+        ),
     )
     # Beside each worker, a forwarder turns accepted deliveries into jobs (bot/edges/intake.py).
     forwarder = ForwarderProcess(args.verbose)
@@ -172,9 +166,41 @@ def cmd_status(args: argparse.Namespace) -> int:
     dispatch = Dispatcher.from_url(settings.redis_url, settings)
     now = utcnow()
     overview = gather_overview(
-        store, dispatch, now, args.limit, deployment_warnings(settings), settings.app_identity
+        store,
+        dispatch,
+        now,
+        args.limit,
+        deployment_warnings(settings),
+        settings.app_identity,
+        settings.monthly_budget_usd,
     )
     print(render_status_text(overview, now), end="")
+    return 0
+
+
+def cmd_transcript(args: argparse.Namespace) -> int:
+    """Print an attempt's transcript as its worker kept it (masked, its last 1 MB)."""
+    from bot.domain.model import utcnow
+    from bot.domain.transcript import NoTranscript, issue_named
+    from bot.edges.store.transcripts import find_transcript, transcripts_for
+
+    settings = load_settings()
+    store = _connected_store(settings)
+    try:
+        found = find_transcript(
+            store,
+            transcripts_for(settings, store),
+            issue_named(args.issue),
+            args.attempt,
+            settings.transcript_days,
+            utcnow(),
+        )
+    except NoTranscript as exc:
+        raise CommandError(str(exc)) from exc
+    run = found.run
+    agent = run.agent_result.agent if run.agent_result is not None else "no agent"
+    print(f"{run.issue} attempt {run.attempt} ({agent}, {run.state.value})", file=sys.stderr)
+    sys.stdout.write(found.transcript)
     return 0
 
 
@@ -314,6 +340,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     resume.add_argument("--dry-run", action="store_true", help="say what would resume, do nothing")
     resume.add_argument("--now", default=None, help="judge what is due as of this ISO 8601 time")
+    transcript = add("transcript", cmd_transcript)
+    transcript.add_argument("issue", metavar="OWNER/REPO#N", help="the issue")
+    transcript.add_argument(
+        "--attempt", type=int, default=None, metavar="K", help="which attempt (default: its latest)"
+    )
     add("sweep", cmd_sweep)
     demo = add("demo", cmd_demo)
     demo.add_argument("--keep", action="store_true", help="leave the processes running at the end")

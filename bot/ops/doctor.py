@@ -27,7 +27,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 import aiohttp
 import jwt
 import redis
-from gidgethub import GitHubException, apps
+from gidgethub import GitHubException
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bot.agents import (
@@ -40,6 +40,7 @@ from bot.agents import (
 from bot.agents.jail import Network, bridge_python, jails_for, sandbox_problem
 from bot.domain.ingress import MIN_OPERATOR_TOKEN_CHARS
 from bot.domain.manifest import ManifestError, load_manifest
+from bot.edges.api import create_installation_token, first_installation, read_app
 from bot.edges.github import GitHubApp
 from bot.edges.store import Store
 from bot.ops.metrics import Tally
@@ -61,6 +62,7 @@ PROBE_SOURCE: str = (
 )
 _GIT_VERSION = re.compile(r"git version (\d+)\.(\d+)")
 AGENT_VERSION_TIMEOUT_S = 15.0
+OTHER_AGENT = "other agent"  # the check of a CLI that is not one of the deployment's
 _AGENT_VERSION = re.compile(r"(?<![\w.])(\d+(?:\.\d+)+)(?![\w.])")
 _LEVELS = {"read": 1, "write": 2}
 
@@ -127,12 +129,17 @@ def judge_git(version_output: str | None) -> Finding:
 
 
 def judge_agent_version(
-    agent: str, path: str, version_output: str | None, tested: tuple[str, str] | None
+    agent: str,
+    path: str,
+    version_output: str | None,
+    tested: tuple[str, str] | None,
+    check: str = "agent",
 ) -> Finding:
     """Judge `<cli> --version`'s output (None: it did not answer) against the tested range.
 
     tested is (the version Baton's tests drive, the range accepted), `x` in the range
-    standing for any number; None when no range is recorded for the agent.
+    standing for any number; None when no range is recorded for the agent. check names
+    the line: the deployment's own agent, or another CLI a repository may pick.
     """
     match = _AGENT_VERSION.search(version_output or "")
     if match is None:
@@ -142,22 +149,22 @@ def judge_agent_version(
             else f"said {version_output.strip()!r}"
         )
         return warn(
-            "agent",
+            check,
             f"{agent}: {path}, but `{Path(path).name} --version` {said}: cannot tell whether "
             "Baton reads this version's output right",
         )
     found = match.group(1)
     if tested is None:
-        return ok("agent", f"{agent} {found}: {path} (no tested range is recorded for it)")
+        return ok(check, f"{agent} {found}: {path} (no tested range is recorded for it)")
     version, accepted = tested
     if not _within(found, accepted):
         return warn(
-            "agent",
+            check,
             f"{agent} {found} at {path} is outside the range Baton is tested with "
             f"({accepted}; its tests run {version}): its output may be misread, so a run's "
             f"success or failure may be misjudged; install {version}",
         )
-    return ok("agent", f"{agent} {found}: {path} (tested with {version}, accepted {accepted})")
+    return ok(check, f"{agent} {found}: {path} (tested with {version}, accepted {accepted})")
 
 
 def _within(version: str, accepted: str) -> bool:
@@ -431,7 +438,7 @@ def check_git() -> Finding:
 async def check_app(settings: Settings) -> list[Finding]:
     """Check the App's JWT is accepted, and mint one installation token with it."""
     try:
-        app_id, private_key = settings.app_id, settings.private_key
+        settings.app_id, settings.private_key  # noqa: B018 - each raises naming its variable
     except SettingsError as exc:
         return [fail("app", f"not checked: {exc}")]
     timeout = aiohttp.ClientTimeout(total=30)
@@ -440,7 +447,7 @@ async def check_app(settings: Settings) -> list[Finding]:
         github = GitHubApp(settings, Store.from_url(settings.redis_url), session, Tally())
         client = github.app_client()
         try:
-            app: dict[str, Any] = await client.getitem("/app")
+            app = await read_app(client)
         except GitHubException as exc:
             return [
                 fail(
@@ -453,23 +460,20 @@ async def check_app(settings: Settings) -> list[Finding]:
             return [fail("app", f"cannot reach {settings.github_api_url} ({exc}): check it")]
         except (ValueError, jwt.PyJWTError) as exc:  # a malformed key, refused by PyJWT
             return [fail("app", f"the private key is not a PEM RSA key ({exc}): replace it")]
-        found = ok("app", f"JWT accepted for {app['slug']} (App {app['id']})")
+        found = ok("app", f"JWT accepted for {app.slug} (App {app.id})")
         try:
-            installations = await client.getitem("/app/installations?per_page=1")
-            if not installations:
-                install = f"{app['html_url'].rstrip('/')}/installations/new"
+            first = await first_installation(client)
+            if first is None:
+                install = f"{app.html_url.rstrip('/')}/installations/new"
                 return [
                     found,
                     warn("installation", f"no installations yet: install the App at {install}"),
                 ]
-            first = installations[0]
-            token = await apps.get_installation_access_token(
-                client, installation_id=str(first["id"]), app_id=app_id, private_key=private_key
-            )
+            token = await create_installation_token(client, first.id)
         except (GitHubException, aiohttp.ClientError) as exc:
             return [found, fail("installation", f"cannot mint an installation token: {exc}")]
-    account = first["account"]["login"]
-    return [found, judge_installation(first["id"], account, token.get("permissions", {}))]
+    account = first.account.login if first.account else "an account GitHub does not name"
+    return [found, judge_installation(first.id, account, token.permissions)]
 
 
 def judge_installation(installation_id: int, account: str, granted: Mapping[str, str]) -> Finding:
@@ -501,8 +505,13 @@ def check_operator_token(settings: Settings) -> Finding:
     return judge_operator_token(token.get_secret_value() if token is not None else None)
 
 
+def check_agents(settings: Settings) -> list[Finding]:
+    """Check each agent the deployment runs (`BATON_AGENTS`), its default first."""
+    return [check_agent(settings.running(agent, settings)) for agent in settings.agents]
+
+
 def check_agent(settings: Settings) -> Finding:
-    """Check the agent is configured and its CLI is on PATH."""
+    """Check the agent the settings run is configured and its CLI is on PATH."""
     try:
         adapter_for(settings)
     except AgentConfigError as exc:
@@ -512,10 +521,15 @@ def check_agent(settings: Settings) -> Finding:
         program = shlex.split(settings.agent_command)[0]
         missing = f"BATON_AGENT_COMMAND runs {program}, which is not on PATH: install it or fix it"
     else:
-        program = settings.agent_binary or settings.agent
+        program = settings.agent_program
+        where = (
+            "BATON_AGENT_BINARY"
+            if settings.agent == settings.agents[0]
+            else f"BATON_AGENT_BINARIES={settings.agent}=PATH"
+        )
         missing = (
             f"the {settings.agent} CLI {program} is not on PATH: "
-            "install it, or set BATON_AGENT_BINARY to its path"
+            f"install it, or set {where} to its path"
         )
     found = shutil.which(program)
     if found is None:
@@ -524,6 +538,36 @@ def check_agent(settings: Settings) -> Finding:
         return ok("agent", f"{settings.agent}: {found}")
     tested = TESTED_VERSIONS.get(settings.agent)
     return judge_agent_version(settings.agent, found, agent_version(found), tested)
+
+
+def check_other_agents(settings: Settings) -> list[Finding]:
+    """Check the version of each known CLI found that the deployment does not run, which a
+    repository's `agent.adapter` may pick: one line for each, none for a CLI not there."""
+    return [
+        judge_agent_version(agent, path, agent_version(path), TESTED_VERSIONS[agent], OTHER_AGENT)
+        for agent, path in other_agents(settings)
+    ]
+
+
+def other_agents(settings: Settings) -> list[tuple[str, str]]:
+    """Return each known CLI the deployment does not run that is found, and where: on PATH,
+    or beside the binaries the deployment names, where an install of several CLIs puts
+    them together."""
+    beside = os.pathsep.join(
+        dict.fromkeys(
+            str(Path(binary).parent)
+            for binary in settings.agent_binaries.values()
+            if os.sep in binary
+        )
+    )
+    found = []
+    for agent in TESTED_VERSIONS:
+        if agent in settings.agents:
+            continue
+        path = shutil.which(agent) or (beside and shutil.which(agent, path=beside))
+        if path:
+            found.append((agent, path))
+    return found
 
 
 def agent_version(path: str) -> str | None:
@@ -677,8 +721,9 @@ async def diagnose() -> list[Finding]:
         findings += [
             check_webhook_secret(settings),
             check_operator_token(settings),
-            check_agent(settings),
+            *check_agents(settings),
         ]
+        findings += await asyncio.to_thread(check_other_agents, settings)
         findings += await check_sandbox(settings)
         findings.append(check_disk(settings))
     return findings

@@ -11,7 +11,9 @@ deployment's own secrets (`mask_secrets`).
 from __future__ import annotations
 
 import logging
+import os
 import re
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -25,6 +27,7 @@ LogFormat = Literal["json", "text"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("json", "text")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 MASK = "***"
+LOG_FORMAT_VARIABLE = "BATON_LOG_FORMAT"  # read before settings: the first lines need it
 
 _NO_CONTEXT: Mapping[str, str | int] = MappingProxyType({})
 _context: ContextVar[Mapping[str, str | int]] = ContextVar("baton_log_context")
@@ -154,3 +157,13 @@ def install(log_format: LogFormat, level: int) -> None:
     root.addHandler(handler)
     root.setLevel(level)
     logging.captureWarnings(True)
+
+
+def configure_logging(verbose: bool = False) -> None:
+    """Log one line per event to stderr: a JSON object, or text with BATON_LOG_FORMAT=text."""
+    try:
+        log_format = log_format_named(os.environ.get(LOG_FORMAT_VARIABLE, "json"))
+    except ValueError as exc:
+        print(f"baton: {LOG_FORMAT_VARIABLE}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+    install(log_format, logging.DEBUG if verbose else logging.INFO)

@@ -16,12 +16,14 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from bot.domain.model import AgentResult, Run, RunState
+from bot.domain.spend import DaySpend, in_window, total
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -150,6 +152,25 @@ LIVE_RUNS = Metric(
 INTAKE_BACKLOG = Metric(
     name="baton_intake_backlog",
     help="Accepted deliveries not yet turned into jobs.",
+    type=MetricType.GAUGE,
+)
+AGENT_SPEND = Metric(
+    name="baton_agent_spend_usd",
+    help="What agents spent across the deployment in US dollars, from the spend ledger, by "
+    "window: today (UTC) or 30d (the rolling 30 days the monthly budgets are judged over).",
+    type=MetricType.GAUGE,
+    labels=("window",),
+)
+AGENT_SPEND_TURNS = Metric(
+    name="baton_agent_spend_turns",
+    help="Turns agents took across the deployment, from the spend ledger, by window "
+    "(today or 30d).",
+    type=MetricType.GAUGE,
+    labels=("window",),
+)
+MONTHLY_BUDGET = Metric(
+    name="baton_monthly_budget_usd",
+    help="The deployment's budget over the rolling 30 days (BATON_MONTHLY_BUDGET_USD), when set.",
     type=MetricType.GAUGE,
 )
 
@@ -406,6 +427,23 @@ def current_gauges(
         Family(WORKERS, [Series((), workers)]),
         Family(LIVE_RUNS, [Series((), live_runs)]),
         Family(INTAKE_BACKLOG, [Series((), intake_backlog)]),
+    ]
+
+
+def spend_gauges(days: Sequence[DaySpend], budget_usd: float | None, now: datetime) -> list[Family]:
+    """Return the deployment's spend today and over the rolling 30 days, and its budget."""
+    today = now.astimezone(UTC).date()
+    windows = {
+        "today": total(day for day in days if day.day == today),
+        "30d": total(in_window(days, now)),
+    }
+    budget = [Series((), budget_usd)] if budget_usd is not None else []
+    return [
+        Family(AGENT_SPEND, [Series((name,), spent.cost_usd) for name, spent in windows.items()]),
+        Family(
+            AGENT_SPEND_TURNS, [Series((name,), spent.turns) for name, spent in windows.items()]
+        ),
+        Family(MONTHLY_BUDGET, budget),
     ]
 
 

@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bot.domain.commands import Role
 from bot.domain.ingress import MIN_OPERATOR_TOKEN_CHARS
-from bot.domain.model import Labels, Limits, Policy
+from bot.domain.model import AgentName, Labels, Limits, Policy
 from bot.ops.logs import LogFormat, mask_secrets
 
 
@@ -57,6 +57,21 @@ class Settings(BaseSettings):
         "self-signed, such as Heroku Redis's.",
     )
     data_dir: Path = Field(default=Path("var/baton"), validation_alias="BATON_DATA_DIR")
+    transcript_store: str = Field(
+        default="redis",
+        validation_alias="BATON_TRANSCRIPT_STORE",
+        description="Where each attempt's transcript is kept when the attempt ends (masked, "
+        "its last 1 MB), for every web process and `baton transcript` to read: `redis`, or "
+        "`dir:<absolute path>`, a directory every machine reaches (a shared volume, or an "
+        "object store mounted as one).",
+    )
+    transcript_days: int = Field(
+        default=14,
+        ge=1,
+        validation_alias="BATON_TRANSCRIPT_DAYS",
+        description="How many days a kept transcript can be read: Redis expires it then; in a "
+        "directory, older files are deleted as new ones are written.",
+    )
     port: int = Field(default=8000, validation_alias="PORT")
     log_format: LogFormat = Field(
         default="json",
@@ -102,6 +117,15 @@ class Settings(BaseSettings):
         validation_alias="BATON_MAX_COST_USD",
         description="The most an issue may spend on the agent, summed over its attempts "
         "since it was queued; unset, no cap.",
+    )
+    monthly_budget_usd: float | None = Field(
+        default=None,
+        gt=0,
+        validation_alias="BATON_MONTHLY_BUDGET_USD",
+        description="The most the deployment's agents may spend, in US dollars, over the "
+        "rolling 30 days (UTC days: today and the 29 before it); once spent, no new issue "
+        "starts until that spend falls below it, while issues already started go on. "
+        "Unset, no budget.",
     )
     halt_on_usage_window: bool = Field(
         default=True,
@@ -195,13 +219,36 @@ class Settings(BaseSettings):
         "summed over every grant.",
     )
 
-    agent: Literal["command", "claude", "codex", "aider"] = Field(
-        default="command", validation_alias="BATON_AGENT"
+    agent: AgentName = Field(
+        default="command",
+        validation_alias="BATON_AGENT",
+        description="The agent an issue runs unless one is picked for it.",
+    )
+    agents: Annotated[list[AgentName], NoDecode] = Field(
+        default_factory=list,
+        validation_alias="BATON_AGENTS",
+        description="The agents this deployment runs, comma-separated, `BATON_AGENT` among "
+        "them: `/baton start --agent NAME` and an issue's agent label pick one of them for "
+        "the issue. Unset, `BATON_AGENT` alone.",
     )
     agent_binary: str | None = Field(
         default=None,
         validation_alias="BATON_AGENT_BINARY",
-        description="The agent CLI to run, when not `claude`, `codex` or `aider` on PATH.",
+        description="The CLI `BATON_AGENT` runs, when not `claude`, `codex` or `aider` on PATH.",
+    )
+    agent_binaries: Annotated[dict[AgentName, str], NoDecode] = Field(
+        default_factory=dict,
+        validation_alias="BATON_AGENT_BINARIES",
+        description="The CLI each other agent of `BATON_AGENTS` runs, when not on PATH under "
+        "its own name, as comma-separated `name=path` pairs "
+        "(`codex=/opt/codex/bin/codex,aider=/usr/local/bin/aider`).",
+    )
+    agent_label_prefix: str = Field(
+        default="baton:agent:",
+        min_length=1,
+        validation_alias="BATON_AGENT_LABEL_PREFIX",
+        description="The label an issue's agent is picked with, before the agent's name "
+        "(`baton:agent:codex`).",
     )
     agent_account: str | None = Field(
         default=None,
@@ -244,8 +291,9 @@ class Settings(BaseSettings):
         validation_alias="BATON_AGENT_NETWORK",
         description="The agent's network, through a proxy Baton runs outside the sandbox: "
         "`allowlist` reaches only its provider's hosts and `BATON_AGENT_ALLOWED_HOSTS`, "
-        "`open` any public host, `none` nothing. The host's loopback services are never "
-        "reachable unless listed.",
+        "`open` proxied HTTP(S) to any public host (no raw TCP, ssh or git://, no private "
+        "ranges), `none` nothing. The host's loopback services are never reachable unless "
+        "listed.",
     )
     agent_allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -280,6 +328,7 @@ class Settings(BaseSettings):
     )
 
     @field_validator(
+        "agents",
         "agent_passthrough_env",
         "escalation_mentions",
         "trusted_bots",
@@ -294,6 +343,21 @@ class Settings(BaseSettings):
             return [name.strip() for name in value.split(",") if name.strip()]
         return value
 
+    @field_validator("agent_binaries", mode="before")
+    @classmethod
+    def _name_path_pairs(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        pairs = {}
+        for entry in (part.strip() for part in value.split(",")):
+            name, equals, path = entry.partition("=")
+            if not entry:
+                continue
+            if not equals or not name.strip() or not path.strip():
+                raise ValueError(f"{entry!r}: write each agent's CLI as `name=path`")
+            pairs[name.strip()] = path.strip()
+        return pairs
+
     @field_validator("agent_allowed_hosts", mode="after")
     @classmethod
     def _host_ports(cls, entries: list[str]) -> list[str]:
@@ -302,6 +366,14 @@ class Settings(BaseSettings):
         for entry in entries:
             parse_host_port(entry)  # a ValueError names the entry
         return entries
+
+    @field_validator("transcript_store", mode="after")
+    @classmethod
+    def _transcript_store(cls, value: str) -> str:
+        directory = value.removeprefix("dir:")
+        if value == "redis" or (directory != value and Path(directory).is_absolute()):
+            return value
+        raise ValueError(f"{value!r}: use `redis` or `dir:<absolute path>`")
 
     @field_validator("data_dir", "agent_extra_paths", mode="after")
     @classmethod
@@ -319,6 +391,45 @@ class Settings(BaseSettings):
             return self
         query = "&".join(part for part in (url.query, "ssl_cert_reqs=none") if part)
         self.redis_url = urlunsplit(url._replace(query=query))
+        return self
+
+    @model_validator(mode="after")
+    def _offered_agents(self) -> Settings:
+        # The default agent first, so `agents[0]` names it in every copy of these settings.
+        offered = list(dict.fromkeys(self.agents)) or [self.agent]
+        if self.agent not in offered:
+            raise ValueError(
+                f"BATON_AGENTS ({', '.join(offered)}) must name BATON_AGENT ({self.agent}), "
+                "the agent an issue runs unless one is picked for it"
+            )
+        self.agents = [self.agent, *(name for name in offered if name != self.agent)]
+        if "command" in self.agents[1:] and self.agent_command is None:
+            raise ValueError("BATON_AGENTS offers `command`, which needs BATON_AGENT_COMMAND")
+        return self
+
+    @model_validator(mode="after")
+    def _each_agents_binary(self) -> Settings:
+        # One map of every agent's binary: a copy of these settings running another agent
+        # finds that agent's own, never BATON_AGENT's.
+        binaries = dict(self.agent_binaries)
+        for name in binaries:
+            if name == "command":
+                raise ValueError(
+                    "BATON_AGENT_BINARIES names `command`, which runs BATON_AGENT_COMMAND"
+                )
+            if name not in self.agents:
+                raise ValueError(
+                    f"BATON_AGENT_BINARIES names {name}, which is not one of BATON_AGENTS "
+                    f"({', '.join(self.agents)})"
+                )
+        binary = self.agent_binary if self.agent != "command" else None  # command runs none
+        if binary is not None and binaries.get(self.agent, binary) != binary:
+            raise ValueError(
+                f"BATON_AGENT_BINARY and BATON_AGENT_BINARIES give {self.agent} two CLIs: set one"
+            )
+        if binary is not None:
+            binaries[self.agent] = binary
+        self.agent_binaries = binaries
         return self
 
     @model_validator(mode="after")
@@ -384,6 +495,7 @@ class Settings(BaseSettings):
             review=self.review_label,
             halted=self.halted_label,
             escalated=self.escalated_label,
+            agent_prefix=self.agent_label_prefix,
         )
 
     @property
@@ -408,6 +520,36 @@ class Settings(BaseSettings):
             required_checks=tuple(self.required_checks),
             no_checks_after_s=self.no_checks_after_seconds,
         )
+
+    @property
+    def agent_program(self) -> str:
+        """Return the CLI the agent runs: its own binary where one is set, else its name."""
+        return self.agent_binaries.get(self.agent, self.agent)
+
+    def running(self, agent: AgentName, deployment: Settings) -> Settings:
+        """Return these settings with agent running in place of the one they name.
+
+        deployment is the process's own settings: the agent they name (`BATON_AGENT`)
+        keeps its model and account; any other asks its CLI's default model and spends
+        an account of its own name. Each agent runs its own binary (agent_program).
+        """
+        if agent == self.agent:
+            return self
+        own = agent == deployment.agent
+        return self.model_copy(
+            update={
+                "agent": agent,
+                "agent_model": deployment.agent_model if own else None,
+                "agent_account": deployment.agent_account if own else None,
+            }
+        )
+
+    @property
+    def transcript_dir(self) -> Path | None:
+        """Return the directory transcripts are kept in; None when Redis keeps them."""
+        if self.transcript_store == "redis":
+            return None
+        return Path(self.transcript_store.removeprefix("dir:"))
 
     @property
     def lock_ttl_ms(self) -> int:

@@ -34,6 +34,7 @@ from bot.domain.manifest import (
     replaced_keys,
     updated_env,
 )
+from bot.edges.api import convert_manifest_code
 
 USER_AGENT = "baton-setup"
 
@@ -114,11 +115,9 @@ async def convert_code(session: aiohttp.ClientSession, api_url: str, code: str) 
     """Exchange the manifest flow's code for the new App's credentials (no authentication)."""
     gh = GitHubAPI(session, USER_AGENT, base_url=api_url.rstrip("/"))
     try:
-        data = await gh.post("/app-manifests/{code}/conversions", {"code": code}, data={})
+        return await convert_manifest_code(gh, code)
     except (GitHubException, aiohttp.ClientError) as exc:
         raise ManifestError(f"GitHub did not turn the code into an App: {exc}") from exc
-    try:
-        return AppCredentials.model_validate(data)
     except ValidationError as exc:
         raise ManifestError(f"GitHub's answer does not describe an App: {exc}") from exc
 

@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -38,12 +39,30 @@ def _asked_to_stop(_signum: int, _frame: FrameType | None) -> None:
 
 
 class BatonWorker(Worker):
-    """RQ's forking worker, whose horse stops gracefully and dies with it."""
+    """RQ's forking worker, whose horse stops gracefully and dies with it.
 
-    def __init__(self, *args: Any, grace_seconds: float, **kwargs: Any) -> None:
+    report_uncontained, when given, is told at every heartbeat that this worker runs
+    its agents with the sandbox off, and for how long that report holds, so every
+    status page and `baton status` shows it, whichever machine they run on.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        grace_seconds: float,
+        report_uncontained: Callable[[str, float], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.grace_seconds = grace_seconds
+        self._report_uncontained = report_uncontained
         self._worker_pid = os.getpid()
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        """Keep the worker registered, and its report of running uncontained with it."""
+        super().heartbeat(timeout, pipeline)
+        if self._report_uncontained is not None:
+            self._report_uncontained(self.name, (timeout or self.worker_ttl) + 60)
 
     def setup_work_horse_signals(self) -> None:
         """In the horse: die with the worker, and take SIGTERM as a request to wind down.

@@ -6,10 +6,10 @@ import asyncio
 import logging
 
 from bot.sandbox import ci, pulls
-from bot.sandbox.auth import CI_APP_ID, CI_BOT_LOGIN
+from bot.sandbox.auth import APP_ID, CI_APP_ID, CI_BOT_LOGIN
 from bot.sandbox.git_backend import GitError
 from bot.sandbox.hub import Hub
-from bot.sandbox.render import suite_state
+from bot.sandbox.render import suite_outcome
 from bot.sandbox.rest import Json
 from bot.sandbox.state import CheckOutput, CheckRun, CheckSuite, Repo, utc_now
 
@@ -76,8 +76,21 @@ async def create_run(hub: Hub, repo: Repo, suite: CheckSuite, run: CheckRun, sen
     """Add a run to a suite and announce it (and its completion, if it is born completed)."""
     repo.check_runs.append(run)
     suite.updated_at = utc_now()
+    suite.requeued = False
     hub.emit(repo, "check_run", sender, {"check_run": await run_json(hub, repo, run)}, "created")
     if run.status == "completed":
+        await announce_completion(hub, repo, run, sender)
+
+
+async def run_updated(
+    hub: Hub, repo: Repo, run: CheckRun, was_completed: bool, sender: str
+) -> None:
+    """Note an App's update of its run: its suite reports again, a completion is announced."""
+    suite = repo.suite(run.suite_id)
+    assert suite is not None
+    suite.requeued = False
+    suite.updated_at = utc_now()
+    if run.status == "completed" and not was_completed:
         await announce_completion(hub, repo, run, sender)
 
 
@@ -87,9 +100,38 @@ async def announce_completion(hub: Hub, repo: Repo, run: CheckRun, sender: str) 
     suite = repo.suite(run.suite_id)
     assert suite is not None
     suite.updated_at = utc_now()
-    if suite_state(repo.runs_of(suite.id))[0] == "completed":
+    if suite_outcome(suite, repo.runs_of(suite.id))[0] == "completed":
         body = {"check_suite": await suite_json(hub, repo, suite, webhook=True)}
         hub.emit(repo, "check_suite", sender, body, "completed")
+
+
+async def rerequest(hub: Hub, repo: Repo, run: CheckRun, sender: str) -> None:
+    """Ask the App that made a completed run to run it again, as "Re-run" on a PR page does.
+
+    GitHub ("Rerequest a check run", and the check_run webhook): the run's suite "is reset
+    to queued and the conclusion is cleared. The check run itself is not updated", and
+    `rerequested` goes to "Only the GitHub App that created the check run", sent by the
+    person who asked. Here that App is Baton (the webhook goes out), or the sandbox's CI,
+    which runs the check again in a new run of the same name, as GitHub Actions re-runs a
+    job. A run of any other App gets no webhook: the sandbox delivers to Baton alone.
+    """
+    suite = repo.suite(run.suite_id)
+    assert suite is not None
+    body = {"check_run": await run_json(hub, repo, run)}
+    suite.requeued = True
+    suite.updated_at = utc_now()
+    if run.app_id == APP_ID:
+        hub.emit(repo, "check_run", sender, body, "rerequested")
+    elif run.app_id == CI_APP_ID:
+        again = CheckRun(
+            id=hub.state.next_id(),
+            suite_id=suite.id,
+            app_id=CI_APP_ID,
+            name=run.name,
+            head_sha=run.head_sha,
+        )
+        await create_run(hub, repo, suite, again, CI_BOT_LOGIN)
+        hub.spawn(_run_checks(hub, repo.id, {again.id}))
 
 
 async def start_ci(hub: Hub, repo: Repo, branch: str, before: str, after: str, sender: str) -> None:
@@ -111,30 +153,32 @@ async def start_ci(hub: Hub, repo: Repo, branch: str, before: str, after: str, s
         {"check_suite": await suite_json(hub, repo, suite, webhook=True)},
         "requested",
     )
-    for name in names:
-        run = CheckRun(
+    runs = [
+        CheckRun(
             id=hub.state.next_id(), suite_id=suite.id, app_id=CI_APP_ID, name=name, head_sha=after
         )
+        for name in names
+    ]
+    for run in runs:
         await create_run(hub, repo, suite, run, CI_BOT_LOGIN)
-    hub.spawn(_run_suite(hub, repo.id, suite.id))
+    hub.spawn(_run_checks(hub, repo.id, {run.id for run in runs}))
 
 
 def resume_ci(hub: Hub) -> None:
-    """Restart the CI suites a previous process left unfinished (their unfinished runs)."""
+    """Restart the CI runs a previous process left unfinished, suite by suite."""
     for repo in hub.state.repos:
-        unfinished = {
-            run.suite_id
-            for run in repo.check_runs
-            if run.app_id == CI_APP_ID and run.status != "completed"
-        }
-        for suite_id in sorted(unfinished):
-            hub.spawn(_run_suite(hub, repo.id, suite_id))
+        unfinished: dict[int, set[int]] = {}
+        for run in repo.check_runs:
+            if run.app_id == CI_APP_ID and run.status != "completed":
+                unfinished.setdefault(run.suite_id, set()).add(run.id)
+        for _, run_ids in sorted(unfinished.items()):
+            hub.spawn(_run_checks(hub, repo.id, run_ids))
 
 
-async def _run_suite(hub: Hub, repo_id: int, suite_id: int) -> None:
-    """Check the suite's commit out once and run its unfinished checks, a few at a time."""
+async def _run_checks(hub: Hub, repo_id: int, run_ids: set[int]) -> None:
+    """Check out the commit of some CI runs (of one suite) once and run them, a few at a time."""
     repo = next(r for r in hub.state.repos if r.id == repo_id)
-    runs = [r for r in repo.runs_of(suite_id) if r.status != "completed"]
+    runs = [r for r in repo.check_runs if r.id in run_ids and r.status != "completed"]
     if not runs:
         return
     finishing = asyncio.Lock()  # one run at a time completes, so the suite completes once
@@ -170,7 +214,7 @@ async def _run_suite(hub: Hub, repo_id: int, suite_id: int) -> None:
             for run in runs:
                 await finish(run, ci.checkout_failed(str(exc)))
         except Exception as exc:
-            log.exception("CI suite %s crashed", suite_id)
+            log.exception("CI suite %s crashed", runs[0].suite_id)
             for run in runs:
                 if run.status != "completed":
                     await finish(run, _crashed(exc))

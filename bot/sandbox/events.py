@@ -140,6 +140,18 @@ async def set_state(
         await announce(hub, repo, issue, "reopened", sender)
 
 
+async def mark_ready(hub: Hub, repo: Repo, issue: Issue, sender: str) -> None:
+    """Take a draft pull request out of draft: its `ready_for_review` event and webhook."""
+    pull = issue.pull
+    assert pull is not None
+    if not pull.draft:
+        return
+    pull.draft = False
+    touch(repo, issue)
+    record(hub, issue, "ready_for_review", sender)
+    await announce(hub, repo, issue, "ready_for_review", sender)
+
+
 async def change_base(hub: Hub, repo: Repo, issue: Issue, base: str, sender: str) -> None:
     """Retarget a pull request to another base branch."""
     pull = issue.pull

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from dataclasses import dataclass
 from http import HTTPStatus
 
 from aiohttp import web
@@ -11,7 +12,7 @@ from aiohttp.typedefs import Handler
 
 from bot.sandbox.auth import ACT_AS_HEADER, Actor
 from bot.sandbox.calls import Budget, rate_limited
-from bot.sandbox.hub import ACTOR, hub_of
+from bot.sandbox.hub import ACTOR, Hub, hub_of
 from bot.sandbox.permissions import requirement_of
 from bot.sandbox.rest import ApiError, bad_credentials, forbidden_integration, not_found
 
@@ -24,6 +25,16 @@ ACCEPTED_PERMISSIONS = "X-Accepted-GitHub-Permissions"
 RATE_LIMIT_PATH = "/rate_limit"
 
 
+@dataclass
+class _Call:
+    """What the middleware learns of one REST call, to count it whatever its answer."""
+
+    admin: bool
+    actor: Actor | None = None
+    budget: Budget | None = None
+    spent: bool = False
+
+
 @web.middleware
 async def sandbox_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Apply the sandbox's request rules; git smart-HTTP and web pages pass straight through.
@@ -33,32 +44,9 @@ async def sandbox_middleware(request: web.Request, handler: Handler) -> web.Stre
     if request.match_info.route.name in (GIT_ROUTE, PAGE_ROUTE):
         return await handler(request)
     hub = hub_of(request)
-    admin = request.path.startswith(ADMIN_PREFIX)
-    # "Accessing this endpoint does not count against your REST API rate limit."
-    free = request.path == RATE_LIMIT_PATH
-    actor: Actor | None = None
-    budget: Budget | None = None
-    spent = False
+    call = _Call(admin=request.path.startswith(ADMIN_PREFIX))
     try:
-        actor = hub.auth.from_header(
-            request.headers.get("Authorization"), request.headers.get(ACT_AS_HEADER)
-        )
-        request[ACTOR] = actor
-        if admin and (actor is None or actor.kind != "admin"):
-            raise bad_credentials()
-        budget = hub.limits.budget_of(actor) if not admin else None
-        if actor is not None and budget is not None and not free:
-            if budget.exhausted():
-                raise rate_limited(actor, budget)
-            # Spent before serving, so concurrent calls cannot overdraw the budget.
-            budget.spend()
-            spent = True
-        accepted = _check_permissions(request, actor) if not admin else None
-        if not admin:
-            await hub.faults.apply(request.method, request.path)
-        response = _conditional(request, await handler(request))
-        if accepted:
-            response.headers[ACCEPTED_PERMISSIONS] = accepted
+        response = await _served(request, handler, hub, call)
     except ApiError as err:
         response = err.response()
     except (web.HTTPNotFound, web.HTTPMethodNotAllowed):
@@ -69,16 +57,49 @@ async def sandbox_middleware(request: web.Request, handler: Handler) -> web.Stre
     finally:
         if request.method != "GET":
             hub.changed()
-    if not admin:
-        kind = actor.kind if actor is not None else "anonymous"
-        inst = actor.installation_id if actor is not None else None
-        not_modified = response.status == HTTPStatus.NOT_MODIFIED
-        hub.calls.count(kind, inst, request.method, _template(request), not_modified)
-        if budget is not None:
-            if spent and not_modified:
-                budget.refund()
-            response.headers.update(budget.headers())
+    if not call.admin:
+        _count(request, hub, call, response)
     return response
+
+
+async def _served(
+    request: web.Request, handler: Handler, hub: Hub, call: _Call
+) -> web.StreamResponse:
+    """Authenticate, charge, authorize and serve one call, noting in call who made it."""
+    actor = call.actor = hub.auth.from_header(
+        request.headers.get("Authorization"), request.headers.get(ACT_AS_HEADER)
+    )
+    request[ACTOR] = actor
+    if call.admin:
+        if actor is None or actor.kind != "admin":
+            raise bad_credentials()
+        return _conditional(request, await handler(request))
+    budget = call.budget = hub.limits.budget_of(actor)
+    # "Accessing this endpoint does not count against your REST API rate limit."
+    if actor is not None and budget is not None and request.path != RATE_LIMIT_PATH:
+        if budget.exhausted():
+            raise rate_limited(actor, budget)
+        # Spent before serving, so concurrent calls cannot overdraw the budget.
+        budget.spend()
+        call.spent = True
+    accepted = _check_permissions(request, actor)
+    await hub.faults.apply(request.method, request.path)
+    response = _conditional(request, await handler(request))
+    if accepted:
+        response.headers[ACCEPTED_PERMISSIONS] = accepted
+    return response
+
+
+def _count(request: web.Request, hub: Hub, call: _Call, response: web.StreamResponse) -> None:
+    """Count a REST call as GitHub does, and show its caller's rate limit (a 304 is free)."""
+    kind = call.actor.kind if call.actor is not None else "anonymous"
+    inst = call.actor.installation_id if call.actor is not None else None
+    not_modified = response.status == HTTPStatus.NOT_MODIFIED
+    hub.calls.count(kind, inst, request.method, _template(request), not_modified)
+    if call.budget is not None:
+        if call.spent and not_modified:
+            call.budget.refund()
+        response.headers.update(call.budget.headers())
 
 
 def _conditional(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:

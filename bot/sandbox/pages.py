@@ -16,7 +16,7 @@ from aiohttp import web
 from bot.sandbox import pulls
 from bot.sandbox.hub import hub_of
 from bot.sandbox.middleware import PAGE_ROUTE
-from bot.sandbox.render import PullFacts
+from bot.sandbox.render import PullFacts, latest_runs
 from bot.sandbox.state import CheckRun, CommitStatus, Issue, Repo, parse_iso
 
 routes = web.RouteTableDef()
@@ -166,18 +166,27 @@ def _tone(outcome: str | None) -> str:
     return "pass" if outcome in _PASSING else "fail"
 
 
+def _details(url: str | None) -> str:
+    """Link a check's details page, as GitHub's "Details" does (web addresses only)."""
+    if url is None or not url.startswith(("https://", "http://")):
+        return ""
+    return f' <a class="details" href="{_e(url)}">Details</a>'
+
+
 def _checks(runs: list[CheckRun], statuses: list[CommitStatus]) -> str:
-    lines = []  # (tone, name, what it says)
+    lines = []  # (tone, name, what it says, its details link)
     for run in runs:
         done = run.status == "completed"
         said = (run.conclusion or "completed") if done else run.status.replace("_", " ")
         title = f" — {run.output.title}" if run.output.title else ""
-        lines.append((_tone(run.conclusion if done else None), run.name, said + title))
+        tone = _tone(run.conclusion if done else None)
+        lines.append((tone, run.name, said + title, _details(run.details_url)))
     for status in statuses:
         description = f" — {status.description}" if status.description else ""
         outcome = "failure" if status.state == "error" else status.state
-        lines.append((_tone(outcome), status.context, status.state + description))
-    tones = {tone for tone, _, _ in lines}
+        said = status.state + description
+        lines.append((_tone(outcome), status.context, said, _details(status.target_url)))
+    tones = {tone for tone, _, _, _ in lines}
     if not lines:
         summary = "No checks reported"
     elif "fail" in tones:
@@ -188,8 +197,8 @@ def _checks(runs: list[CheckRun], statuses: list[CommitStatus]) -> str:
         summary = "All checks have passed"
     rows = "".join(
         f'<div class="check"><span class="{tone}">{_SYMBOLS[tone]}</span><span><strong>'
-        f'{_e(name)}</strong> <span class="detail">{_e(said)}</span></span></div>'
-        for tone, name, said in lines
+        f'{_e(name)}</strong> <span class="detail">{_e(said)}</span>{link}</span></div>'
+        for tone, name, said, link in lines
     )
     return f'<div class="box checks"><header>{_e(summary)}</header>{rows}</div>'
 
@@ -246,9 +255,8 @@ def pull_request_page(
 
 def _latest_checks(repo: Repo, sha: str) -> tuple[list[CheckRun], list[CommitStatus]]:
     """Return the newest check run per app and name, and the newest status per context."""
-    runs = {(r.app_id, r.name): r for r in repo.check_runs if r.head_sha == sha}
     statuses = {s.context: s for s in repo.statuses if s.sha == sha}
-    return list(runs.values()), list(statuses.values())
+    return latest_runs([r for r in repo.check_runs if r.head_sha == sha]), list(statuses.values())
 
 
 @routes.get("/{owner}/{repo}/pull/{number:\\d+}", name=PAGE_ROUTE)

@@ -183,6 +183,36 @@ async def merge(
     return sha
 
 
+async def update_branch(
+    hub: Hub, repo: Repo, issue: Issue, expected_sha: str | None, sender: str
+) -> None:
+    """Merge a pull request's base branch into its head branch, as "Update branch" does.
+
+    The merge commit is GitHub's: "Merge branch '<base>' into <head>", by the sender, with
+    the head as first parent. Refused (422) for a head other than expected_sha, a base the
+    head already contains, or a merge that conflicts.
+    """
+    pull = issue.pull
+    assert pull is not None
+    if issue.state != "open":
+        raise ApiError(422, "Pull request is closed.")
+    async with hub.lock(repo):
+        git = hub.git(repo)
+        head = pull.head_sha
+        if expected_sha is not None and expected_sha != head:
+            raise ApiError(422, "expected head sha didn't match current head ref.")
+        base = await git.branch_tip(pull.base_ref)
+        if base is None or await git.is_ancestor(base, head):
+            raise ApiError(422, "There are no new commits on the base branch.")
+        tree = await git.merge_tree(head, base)
+        if tree is None:
+            raise ApiError(422, "merge conflict between base and head")
+        message = f"Merge branch '{pull.base_ref}' into {pull.head_ref}\n"
+        sha = await git.commit_tree(tree, [head, base], message, hub.identity(sender))
+        await git.update_ref(pull.head_ref, sha, head)
+        await apply(hub, repo, [RefUpdate(pull.head_ref, head, sha)], sender)
+
+
 async def _close_referenced(hub: Hub, repo: Repo, texts: list[str], sender: str) -> None:
     """Close the issues a merged pull request names with a closing keyword, in any repository."""
     named = {ref for text in texts for ref in closing_references(text, repo.full_name)}

@@ -695,7 +695,7 @@ class Render:
             {
                 "rerequestable": True,
                 "runs_rerequestable": True,
-                "latest_check_runs_count": len(runs),
+                "latest_check_runs_count": len(latest_runs(runs)),
                 "check_runs_url": f"{data['url']}/check-runs",
                 "head_commit": self.simple_commit(head),
             }
@@ -708,7 +708,7 @@ class Render:
         self, repo: Repo, suite: CheckSuite, runs: list[CheckRun], pulls: list[Json]
     ) -> Json:
         """Render the fields a check suite shares with the summary inside its check runs."""
-        status, conclusion = suite_state(runs)
+        status, conclusion = suite_outcome(suite, runs)
         return {
             "id": suite.id,
             "node_id": node_id("CheckSuite", suite.id),
@@ -792,8 +792,26 @@ class Render:
 _FAILING = ("action_required", "startup_failure", "cancelled", "timed_out", "failure", "stale")
 
 
+def latest_runs(runs: list[CheckRun]) -> list[CheckRun]:
+    """Keep the newest run per App and name: a re-run replaces the run it repeats."""
+    newest: dict[tuple[int, str], CheckRun] = {}
+    for run in runs:
+        newest[(run.app_id, run.name)] = run
+    return list(newest.values())
+
+
+def suite_outcome(suite: CheckSuite, runs: list[CheckRun]) -> tuple[str, str | None]:
+    """Return a suite's status and conclusion, queued while a re-run asked of its App is due.
+
+    GitHub ("Rerequest a check run"): "the status of the check suite it belongs to is reset
+    to queued and the conclusion is cleared."
+    """
+    return ("queued", None) if suite.requeued else suite_state(runs)
+
+
 def suite_state(runs: list[CheckRun]) -> tuple[str, str | None]:
-    """Derive a suite's status and conclusion from its runs, worst conclusion winning."""
+    """Derive a suite's status and conclusion from its latest runs, worst conclusion winning."""
+    runs = latest_runs(runs)
     if all(r.status == "queued" for r in runs):
         return "queued", None
     if any(r.status != "completed" for r in runs):

@@ -160,6 +160,14 @@ class Review(BaseModel):
     submitted_at: str | None
 
 
+class MergeCheck(BaseModel):
+    """GitHub's background mergeability job for one pull request: what it compares, its answer."""
+
+    base_sha: str
+    head_sha: str
+    mergeable: bool | None = None  # None while the job runs
+
+
 class Pull(BaseModel):
     """The pull-request half of an issue that is a pull request."""
 
@@ -172,6 +180,7 @@ class Pull(BaseModel):
     merged_at: str | None = None
     merge_commit_sha: str | None = None
     merged_by: str | None = None
+    merge_check: MergeCheck | None = None
     reviews: list[Review] = Field(default_factory=list)
     review_comments: list[ReviewComment] = Field(default_factory=list)
 
@@ -222,6 +231,8 @@ class CheckSuite(BaseModel):
     after: str | None
     created_at: str
     updated_at: str
+    # A re-run was asked of the suite's App: queued, no conclusion, until it reports again.
+    requeued: bool = False
 
 
 class CheckRun(BaseModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import ipaddress
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -14,6 +15,7 @@ import orjson
 import redis
 from aiohttp import web
 from gidgethub import sansio
+from gidgethub.routing import Router
 from rq import Worker
 
 from bot.domain.ingress import (
@@ -27,10 +29,14 @@ from bot.domain.ingress import (
     session_valid,
     signature_matches,
 )
-from bot.domain.model import utcnow
+from bot.domain.jobs import JobSpec
+from bot.domain.model import IssueRef, utcnow
+from bot.domain.payloads import payload_problem
+from bot.domain.transcript import NoTranscript, issue_named, view_of
 from bot.edges.intake import Intake
 from bot.edges.queue import Dispatcher
 from bot.edges.store import IntakeLog, Store
+from bot.edges.store.transcripts import find_transcript, transcripts_for
 from bot.ops.logs import log_context
 from bot.ops.metrics import (
     CONTENT_TYPE,
@@ -39,13 +45,18 @@ from bot.ops.metrics import (
     Tally,
     current_gauges,
     render_prometheus,
+    spend_gauges,
     stored_families,
 )
 from bot.ops.settings import Settings
+from bot.web.delivery import HandlerContext
 from bot.web.overview import deployment_warnings, gather_overview
-from bot.web.status_page import render_status_page
-from handlers import HandlerContext, router
-from handlers.payloads import payload_problem
+from bot.web.status_page import (
+    TRANSCRIPTS_PATH,
+    render_no_transcript_page,
+    render_status_page,
+    render_transcript_page,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +82,7 @@ class WebContext:
     store: Store
     dispatch: Dispatcher
     intake: Intake
+    router: Router  # the handlers: every event family's routes, composed in one place
     queue_labels: dict[str, str] = field(default_factory=dict)
     reads: UnverifiedReads = field(
         default_factory=lambda: UnverifiedReads(UNVERIFIED_READS, UNVERIFIED_BUDGET_BYTES)
@@ -146,9 +158,28 @@ def operator_allowed(request: web.Request) -> bool:
 
 
 def cookie_secure(request: web.Request) -> bool:
-    """Return whether the session cookie is Secure: always, but on a loopback host over HTTP."""
-    tls = request.secure or request.headers.get("X-Forwarded-Proto") == "https"
-    return tls or not is_loopback_host(request.headers.get("Host", ""))
+    """Return whether the session cookie is Secure: always, but when nothing stands between
+    a browser on this machine and Baton.
+
+    That is a loopback Host, asked from a loopback peer, through no proxy. A proxy on
+    this machine connects from loopback and may well pass `Host: 127.0.0.1`; the
+    headers it adds are what give it away.
+    """
+    proxied = any(_is_proxy_header(name) for name in request.headers)
+    local = is_loopback_host(request.headers.get("Host", "")) and _is_loopback_peer(request)
+    return proxied or not local
+
+
+def _is_proxy_header(name: str) -> bool:
+    name = name.lower()
+    return name.startswith("x-forwarded-") or name in ("forwarded", "x-real-ip")
+
+
+def _is_loopback_peer(request: web.Request) -> bool:
+    try:
+        return ipaddress.ip_address(request.remote or "").is_loopback
+    except ValueError:
+        return False  # not an IP address (a Unix socket): nothing says it is this machine
 
 
 UNKNOWN_EVENT = "unknown"  # the event a delivery is counted under until its signature is verified
@@ -225,10 +256,23 @@ async def _verified_body(request: web.Request) -> bytes | _Answer:
 
 
 async def _receive(request: web.Request) -> _Answer:
-    web_ctx = request.app[CONTEXT]
     body = await _verified_body(request)
     if isinstance(body, _Answer):
         return body
+    event = _event_of(request, body)
+    if isinstance(event, _Answer):
+        return event
+    web_ctx = request.app[CONTEXT]
+    jobs = await _handled(web_ctx, event)
+    if isinstance(jobs, _Answer):
+        return jobs
+    if not jobs:
+        return _Answer(202, "ignored", event=event.event)
+    return await _recorded(web_ctx.intake, event, jobs)
+
+
+def _event_of(request: web.Request, body: bytes) -> sansio.Event | _Answer:
+    """Return the verified body as GitHub's event, or the answer refusing what is no event."""
     event_name = request.headers.get("X-GitHub-Event")
     delivery_id = request.headers.get("X-GitHub-Delivery")
     if not event_name or not delivery_id:
@@ -239,42 +283,63 @@ async def _receive(request: web.Request) -> _Answer:
         return _Answer(400, "refused", "body is not JSON", event_name)
     if not isinstance(data, dict):
         return _Answer(400, "refused", "body is not a JSON object", event_name)
-    action = data.get("action")
-    if not isinstance(action, str | None):
+    if not isinstance(data.get("action"), str | None):
         return _refused(event_name, None, "action: not a string")
-    event = sansio.Event(data, event=event_name, delivery_id=delivery_id)
-    if not router.fetch(event):
-        return _Answer(202, "ignored", event=event_name)
-    # What the handlers read is checked before they run: they, and the jobs, see only that.
-    problem = payload_problem(event_name, action, data)
+    return sansio.Event(data, event=event_name, delivery_id=delivery_id)
+
+
+async def _handled(web_ctx: WebContext, event: sansio.Event) -> list[JobSpec] | _Answer:
+    """Run the event's handlers on a payload checked first; return the jobs they chose.
+
+    What the handlers read is checked before they run: they, and the jobs, see only
+    that. A handler that fails all the same refuses the delivery in one line: it is
+    Baton's to fix, and the traceback would say nothing the event, action and error
+    do not.
+    """
+    action: str | None = event.data.get("action")
+    if not web_ctx.router.fetch(event):
+        return _Answer(202, "ignored", event=event.event)
+    problem = payload_problem(event.event, action, event.data)
     if problem is not None:
-        return _refused(event_name, action, problem)
+        return _refused(event.event, action, problem)
     ctx = HandlerContext(
         settings=web_ctx.settings,
         bot_login=web_ctx.bot_login,
         repo_queue_labels=web_ctx.queue_labels,
     )
     try:
-        await router.dispatch(event, ctx)
-    except Exception:
-        log.exception("delivery %s (%s): handler failed", delivery_id, event_name)
-        return _Answer(500, "failed", event=event_name)
-    if not ctx.jobs:
-        return _Answer(202, "ignored", event=event_name)
-    try:
-        if not await web_ctx.intake.submit(delivery_id, ctx.jobs):
-            log.info("delivery %s (%s) seen before; ignored", delivery_id, event_name)
-            return _Answer(202, "duplicate", event=event_name)
+        await web_ctx.router.dispatch(event, ctx)
     except redis.RedisError as exc:
-        log.error("delivery %s (%s): Redis unavailable: %s", delivery_id, event_name, exc)
-        return _Answer(503, "retry", "state store unavailable", event_name)
-    return _Answer(202, "accepted", event=event_name)
+        log.error("%s: Redis unavailable to its handler: %s", _named(event.event, action), exc)
+        return _Answer(503, "retry", "state store unavailable", event.event)
+    except Exception as exc:
+        failure = type(exc).__name__
+        log.error("refused %s: its handler failed: %s", _named(event.event, action), failure)
+        return _Answer(400, "refused", f"Baton could not handle it ({failure})", event.event)
+    return ctx.jobs
+
+
+async def _recorded(intake: Intake, event: sansio.Event, jobs: list[JobSpec]) -> _Answer:
+    """Record a new delivery's jobs for the workers; a delivery seen before adds none."""
+    delivery_id = event.delivery_id
+    try:
+        if not await intake.submit(delivery_id, jobs):
+            log.info("delivery %s (%s) seen before; ignored", delivery_id, event.event)
+            return _Answer(202, "duplicate", event=event.event)
+    except redis.RedisError as exc:
+        log.error("delivery %s (%s): Redis unavailable: %s", delivery_id, event.event, exc)
+        return _Answer(503, "retry", "state store unavailable", event.event)
+    return _Answer(202, "accepted", event=event.event)
+
+
+def _named(event: str, action: str | None) -> str:
+    """Return how a delivery is named in the log: `issues.labeled`, or `push`."""
+    return f"{event}.{action}" if action is not None else event
 
 
 def _refused(event: str, action: str | None, problem: str) -> _Answer:
     """Refuse a signed delivery Baton cannot use, in one log line naming what is wrong."""
-    named = f"{event}.{action}" if action is not None else event
-    log.warning("refused %s: unusable payload: %s", named, problem)
+    log.warning("refused %s: unusable payload: %s", _named(event, action), problem)
     return _Answer(400, "refused", f"unusable payload: {problem}", event)
 
 
@@ -323,7 +388,9 @@ def _scrape(ctx: WebContext) -> str:
         live_runs=ctx.store.live_runs(),
         intake_backlog=ctx.store.intake_backlog(),
     )
-    return render_prometheus([*stored_families(stored), *gauges])
+    now = utcnow()
+    spend = spend_gauges(ctx.store.deployment_spend(now), ctx.settings.monthly_budget_usd, now)
+    return render_prometheus([*stored_families(stored), *gauges, *spend])
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -417,6 +484,7 @@ async def status_page(request: web.Request) -> web.Response:
             STATUS_RUNS,
             deployment_warnings(ctx.settings),
             ctx.settings.app_identity,
+            ctx.settings.monthly_budget_usd,
         )
     except redis.RedisError as exc:
         log.error("status page: Redis unavailable: %s", exc)
@@ -424,6 +492,37 @@ async def status_page(request: web.Request) -> web.Response:
     return web.Response(
         text=render_status_page(overview, now), content_type="text/html", headers=_STATUS_HEADERS
     )
+
+
+def _transcript_html(ctx: WebContext, issue: IssueRef, attempt: int) -> str:
+    """Read an attempt's run and kept transcript, and render its page (blocking I/O)."""
+    settings, store = ctx.settings, ctx.store
+    days = settings.transcript_days
+    found = find_transcript(store, transcripts_for(settings, store), issue, attempt, days, utcnow())
+    return render_transcript_page(found.run, view_of(found.transcript), days)
+
+
+async def transcript_page(request: web.Request) -> web.Response:
+    """Serve an attempt's transcript to the operator, whichever machine ran the attempt."""
+    if not operator_allowed(request):
+        return _status_refused()
+    named = request.match_info
+    try:
+        issue = issue_named(f"{named['owner']}/{named['name']}#{named['number']}")
+        page = await asyncio.to_thread(
+            _transcript_html, request.app[CONTEXT], issue, int(named["attempt"])
+        )
+    except NoTranscript as exc:
+        return web.Response(
+            status=404,
+            text=render_no_transcript_page(str(exc)),
+            content_type="text/html",
+            headers=_STATUS_HEADERS,
+        )
+    except (redis.RedisError, OSError) as exc:
+        log.error("transcript page: the transcripts are unavailable: %s", exc)
+        return web.Response(status=503, text="Baton's transcripts are unavailable.\n")
+    return web.Response(text=page, content_type="text/html", headers=_STATUS_HEADERS)
 
 
 async def _keep_queue_labels(app: web.Application) -> AsyncIterator[None]:
@@ -442,8 +541,10 @@ async def _keep_queue_labels(app: web.Application) -> AsyncIterator[None]:
     task.cancel()
 
 
-def create_app(settings: Settings, store: Store, dispatch: Dispatcher) -> web.Application:
-    """Build the web application."""
+def create_app(
+    settings: Settings, store: Store, dispatch: Dispatcher, router: Router
+) -> web.Application:
+    """Build the web application, routing each webhook to router's handlers."""
     secret = settings.webhook_secret  # refuses to build an app that would accept unsigned events
     operator_token = settings.operator_secret  # refuses a token short enough to guess
     app = web.Application(client_max_size=MAX_PAYLOAD_BYTES)
@@ -454,6 +555,7 @@ def create_app(settings: Settings, store: Store, dispatch: Dispatcher) -> web.Ap
         store,
         dispatch,
         Intake(intake_log),
+        router,
         operator_token=operator_token,
         operator_key=None if operator_token is None else session_key(operator_token),
     )
@@ -469,4 +571,7 @@ def create_app(settings: Settings, store: Store, dispatch: Dispatcher) -> web.Ap
     app.router.add_get("/healthz", health)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/status", status_page)
+    app.router.add_get(
+        TRANSCRIPTS_PATH + r"/{owner}/{name}/{number:\d+}/{attempt:\d+}", transcript_page
+    )
     return app

@@ -11,6 +11,16 @@ from rq import Worker
 from bot.domain.chains import LinkStatus, link_status, next_step, successors
 from bot.domain.model import Chain, Run, RunState
 from bot.domain.pacing import RateBudget, sweep_may_spend
+from bot.domain.spend import (
+    AgentSpend,
+    BudgetState,
+    DaySpend,
+    Ledger,
+    budget_state,
+    in_window,
+    shown_days,
+    total,
+)
 from bot.edges.queue import Dispatcher
 from bot.edges.store import Store
 from bot.ops.settings import Settings
@@ -49,6 +59,9 @@ class RunSummary(IssueSummary):
     reason: str | None = None
     cost_usd: float | None = None
     escalated: bool = False
+    refused_hosts: list[str] = Field(
+        default_factory=list, description="host:port the agent's sandbox refused to reach"
+    )
 
     @classmethod
     def of(cls, run: Run) -> RunSummary:
@@ -67,6 +80,7 @@ class RunSummary(IssueSummary):
             reason=run.reason,
             cost_usd=run.agent_result.cost_usd if run.agent_result is not None else None,
             escalated=run.escalated,
+            refused_hosts=run.agent_result.refused_hosts if run.agent_result is not None else [],
         )
 
     @property
@@ -147,6 +161,52 @@ class InstallationBudget(BaseModel):
         )
 
 
+class SpendRow(BaseModel):
+    """The agent spend of the deployment, or of one repository, and the budget it has."""
+
+    model_config = ConfigDict(frozen=True)
+
+    repo: str | None = Field(description="None: the whole deployment")
+    days: tuple[DaySpend, ...] = Field(description="the days shown one by one, today first")
+    window: AgentSpend = Field(description="over the rolling 30 days")
+    budget: BudgetState | None = None
+
+    @classmethod
+    def of(
+        cls, repo: str | None, days: tuple[DaySpend, ...], budget_usd: float | None, now: datetime
+    ) -> SpendRow:
+        """Return the row of the days' spend, judged against budget_usd, at now."""
+        return cls(
+            repo=repo,
+            days=shown_days(days, now),
+            window=total(in_window(days, now)),
+            budget=None if budget_usd is None else budget_state(budget_usd, days, now),
+        )
+
+
+class SpendView(BaseModel):
+    """What agents spent, per day and over the rolling 30 days, and the monthly budgets."""
+
+    model_config = ConfigDict(frozen=True)
+
+    deployment: SpendRow
+    repos: list[SpendRow] = Field(
+        default_factory=list, description="by name: each with spend in the window or a budget"
+    )
+
+    @classmethod
+    def of(cls, ledger: Ledger, budget_usd: float | None, now: datetime) -> SpendView:
+        """Return the view of the ledger at now, with the deployment's budget."""
+        names = sorted({*ledger.repositories, *ledger.budgets})
+        return cls(
+            deployment=SpendRow.of(None, ledger.deployment, budget_usd, now),
+            repos=[
+                SpendRow.of(repo, ledger.repositories.get(repo, ()), ledger.budgets.get(repo), now)
+                for repo in names
+            ],
+        )
+
+
 class Overview(BaseModel):
     """A snapshot of what Baton is doing, plain data for the status views."""
 
@@ -167,6 +227,9 @@ class Overview(BaseModel):
     budgets: list[InstallationBudget] = Field(default_factory=list, description="by installation")
     warnings: list[str] = Field(
         default_factory=list, description="risks the deployment runs at, shown first"
+    )
+    spend: SpendView | None = Field(
+        default=None, description="agent spend and the monthly budgets, where read"
     )
 
     @property
@@ -221,6 +284,13 @@ def deployment_warnings(settings: Settings) -> list[str]:
     return warnings
 
 
+def uncontained_warning(workers: Sequence[str]) -> list[str]:
+    """Return the warning naming the workers that report running agents uncontained."""
+    if not workers:
+        return []
+    return [f"{SANDBOX_OFF_WARNING} Workers reporting it: {', '.join(workers)}."]
+
+
 def gather_overview(
     store: Store,
     dispatch: Dispatcher,
@@ -228,11 +298,14 @@ def gather_overview(
     limit: int,
     warnings: Sequence[str] = (),
     app_identity: str | None = None,
+    monthly_budget_usd: float | None = None,
 ) -> Overview:
     """Read the overview from Redis at now: every live run and the `limit` most recent runs.
 
-    warnings are the deployment's own (`deployment_warnings`), shown above everything;
-    app_identity names the App whose installations' request budgets are shown.
+    warnings are the reading process's own (`deployment_warnings`), shown above
+    everything with those the workers report, wherever they run; app_identity names
+    the App whose installations' request budgets are shown; monthly_budget_usd is the
+    deployment's budget, shown against its spend.
     """
     recorded = store.recent_runs(limit)
     for issue in store.in_flight():
@@ -277,5 +350,6 @@ def gather_overview(
                 store.rate_limits(app_identity) if app_identity else {}
             ).items()
         ],
-        warnings=list(warnings),
+        warnings=[*warnings, *uncontained_warning(store.uncontained_workers())],
+        spend=SpendView.of(store.spend_ledger(now), monthly_budget_usd, now),
     )

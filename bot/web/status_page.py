@@ -1,4 +1,5 @@
-"""The status views of an `Overview`: the operator's HTML page (/status) and `baton status`.
+"""The status views of an `Overview`: the operator's HTML page (/status) and `baton status`;
+and the page of an attempt's transcript, which the status page links each run to.
 
 Pure functions: every value that reaches the page goes through `html.escape`,
 since run reasons and failure text come from agents and issues.
@@ -8,13 +9,15 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
-from urllib.parse import urlsplit
+from datetime import UTC, datetime, timedelta
+from urllib.parse import quote, urlsplit
 
 from bot.domain.chains import LinkStatus
-from bot.domain.model import RunState
-from bot.domain.render import duration
-from bot.web.overview import HeldIssue, Overview, RunSummary, TimedIssue
+from bot.domain.model import Run, RunState
+from bot.domain.render import duration, sandbox_refusals
+from bot.domain.spend import WINDOW_DAYS, AgentSpend, BudgetState, usd
+from bot.domain.transcript import Entry, Message, Notice, Reasoning, ToolCall, counts
+from bot.web.overview import HeldIssue, Overview, RunSummary, SpendRow, TimedIssue
 
 REFRESH_S = 30
 
@@ -120,10 +123,12 @@ def _pull_link(run: RunSummary) -> str:
 
 
 def _outcome(run: RunSummary) -> str:
-    if run.failure_class is None:
-        return ""
-    reason = f": {run.reason}" if run.reason else ""
-    return f'<span class="reason">{_e(run.failure_class + reason)}</span>'
+    said = []
+    if run.failure_class is not None:
+        said.append(run.failure_class + (f": {run.reason}" if run.reason else ""))
+    if refused := sandbox_refusals(run.refused_hosts):
+        said.append(refused)
+    return "<br>".join(f'<span class="reason">{_e(text)}</span>' for text in said)
 
 
 def _held_why(held: HeldIssue) -> str:
@@ -243,7 +248,7 @@ def _completions(overview: Overview, now: datetime) -> str:
     rows = [
         (
             _issue_cell(run),
-            _e(run.attempt),
+            _transcript_link(run),
             _run_badge(run),
             _e(duration(run.took(now))),
             _e(_cost(run)),
@@ -295,6 +300,40 @@ def _budgets(overview: Overview) -> str:
     return _section("budgets", "GitHub API budget", len(rows), table)
 
 
+def _spent(spend: AgentSpend, attempts: bool = False) -> str:
+    if not spend.attempts:
+        return "—"
+    detail = f"{spend.turns:,} turns" + (f", {spend.attempts:,} attempts" if attempts else "")
+    return f'{_e(usd(spend.cost_usd))}<br><span class="muted">{_e(detail)}</span>'
+
+
+def _left(budget: BudgetState | None) -> str:
+    if budget is None:
+        return "—"
+    if budget.frees_at is not None:
+        starts = f"new issues start {_clock(budget.frees_at)}"
+        return f'{_badge("spent", "bad")} <span class="muted">{_e(starts)}</span>'
+    return _e(usd(budget.left_usd))
+
+
+def _spend(overview: Overview) -> str:
+    spend = overview.spend
+    if spend is None:
+        return ""
+
+    def row(line: SpendRow) -> list[str]:
+        name = _e(line.repo) if line.repo is not None else "<strong>All repositories</strong>"
+        budget = _e(usd(line.budget.budget_usd)) if line.budget is not None else "—"
+        days = [_spent(day) for day in line.days]
+        return [name, *days, _spent(line.window, attempts=True), budget, _left(line.budget)]
+
+    days = ["today", *(day.day.isoformat()[5:] for day in spend.deployment.days[1:])]
+    headings = ("Repository", *days, f"{WINDOW_DAYS} days", "Monthly budget", "Left")
+    rows = [row(spend.deployment), *(row(repo) for repo in spend.repos)]
+    table = _table(headings, rows, "")
+    return _section("spend", "Agent spend (UTC days)", len(spend.repos), table)
+
+
 def _warnings(overview: Overview) -> str:
     return "".join(f'<p class="alert warn" role="alert">{_e(w)}</p>' for w in overview.warnings)
 
@@ -311,6 +350,7 @@ def render_status_page(overview: Overview, now: datetime) -> str:
         _held(overview),
         _completions(overview, now),
         _chains(overview),
+        _spend(overview),
         _budgets(overview),
     ]
     return (
@@ -328,10 +368,27 @@ def _run_line(run: RunSummary, now: datetime) -> str:
     pr = f" {run.pr_url}" if run.pr_url else ""
     reason = f" ({run.failure_class}: {run.reason})" if run.failure_class else ""
     cost = f" {_cost(run)}" if run.cost_usd is not None else ""
+    refused = sandbox_refusals(run.refused_hosts)
     return (
         f"  #{run.number} attempt {run.attempt:<3} {run.state.value:<15} "
         f"{duration(run.took(now)):>9}{' so far' if run.live else ''}{cost}{pr}{reason}"
+        + (f" {refused}" if refused else "")
     )
+
+
+def _spend_line(row: SpendRow) -> str:
+    spent, today, budget = row.window, row.days[0], row.budget
+    line = (
+        f"{row.repo or 'all repositories'}: {usd(spent.cost_usd)} spent over the rolling "
+        f"{WINDOW_DAYS} days, {spent.turns} turns, {spent.attempts} attempts "
+        f"(today {usd(today.cost_usd)})"
+    )
+    if budget is None:
+        return line
+    if budget.frees_at is not None:
+        frees = _clock(budget.frees_at)
+        return f"{line}; monthly budget {usd(budget.budget_usd)} spent: new issues start {frees}"
+    return f"{line}; monthly budget {usd(budget.budget_usd)}, {usd(budget.left_usd)} left"
 
 
 def render_status_text(overview: Overview, now: datetime) -> str:
@@ -364,6 +421,8 @@ def render_status_text(overview: Overview, now: datetime) -> str:
         + (" (sweeps paused)" if budget.sweeps_paused else "")
         for budget in overview.budgets
     ]
+    if overview.spend is not None:
+        lines += [_spend_line(row) for row in (overview.spend.deployment, *overview.spend.repos)]
     if not overview.runs:
         lines.append("no runs yet")
     for repo in overview.repos:
@@ -372,3 +431,127 @@ def render_status_text(overview: Overview, now: datetime) -> str:
             lines.append(f"{repo.repo}: {repo.live} live, recent runs:")
             lines += [_run_line(run, now) for run in runs]
     return "\n".join(lines) + "\n"
+
+
+# --- An attempt's transcript (/status/transcripts/...) ----------------------------------------
+
+TRANSCRIPTS_PATH = "/status/transcripts"
+_TRANSCRIPT_STYLE = """
+ol.transcript { list-style: none; margin: 0; padding: 8px 16px 16px; }
+.entry { margin: 8px 0; }
+pre, .said { margin: 0; white-space: pre-wrap; overflow-wrap: anywhere;
+  font: 12px/1.45 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
+.said { font: inherit; }
+.message { border: 1px solid var(--line); border-radius: 6px; padding: 8px 12px; }
+.message.agent { background: #f6f8fa; }
+.who { color: var(--muted); font-size: 12px; font-weight: 600; }
+details { border: 1px solid var(--line); border-radius: 6px; }
+summary { cursor: pointer; padding: 6px 12px; }
+summary code { font-size: 12px; overflow-wrap: anywhere; }
+.tool-name { font-weight: 600; }
+.tool-body { border-top: 1px solid var(--soft); padding: 8px 12px; }
+.tool-body h3 { font-size: 12px; color: var(--muted); margin: 8px 0 4px; }
+details.failed { border-color: #ffcecb; }
+details.denied { border-color: #fb8f44; background: #fff1e5; }
+.notice { padding: 6px 12px; border-radius: 6px; border-left: 4px solid var(--line);
+  overflow-wrap: anywhere; white-space: pre-wrap; }
+.notice.info { color: var(--muted); }
+.notice.warning { background: #fff8c5; border-left-color: #d4a72c; }
+.notice.error { background: #ffebe9; border-left-color: #d1242f; color: #82071e; }
+.notice.denial { background: #fff1e5; border-left-color: #bc4c00; color: #953800;
+  font-weight: 600; }
+.denials { margin: 0; padding: 8px 16px 12px 36px; }
+"""
+_NOTICE_LABELS = {"info": "", "warning": "warning: ", "error": "error: ", "denial": ""}
+
+
+def transcript_url(repo: str, number: int, attempt: int) -> str:
+    """Return the address of an attempt's transcript on the status page."""
+    return f"{TRANSCRIPTS_PATH}/{quote(repo)}/{number}/{attempt}"
+
+
+def _transcript_link(run: RunSummary) -> str:
+    url = transcript_url(run.repo, run.number, run.attempt)
+    return f'{_e(run.attempt)} <a href="{_e(url)}">transcript</a>'
+
+
+def _tool(call: ToolCall) -> str:
+    """Return a tool call folded: its name and target shown, its input and output a click away."""
+    tone = "denied" if call.denied else "failed" if call.failed else ""
+    parts = [f"<h3>input</h3><pre>{_e(call.detail)}</pre>"] if call.detail else []
+    if call.output is not None:
+        parts.append(f'<h3>output</h3><pre class="output">{_e(call.output)}</pre>')
+    shown = "".join(parts) or '<p class="muted">nothing shown</p>'
+    return (
+        f'<details class="tool {tone}"><summary><span class="tool-name">{_e(call.name)}</span> '
+        f"<code>{_e(call.summary)}</code> {_badge(tone, 'bad') if tone else ''}</summary>"
+        f'<div class="tool-body">{shown}</div></details>'
+    )
+
+
+def _entry(entry: Entry) -> str:
+    if isinstance(entry, Message):
+        return (
+            f'<li class="entry message {entry.author}"><div class="who">{_e(entry.author)}</div>'
+            f'<div class="said">{_e(entry.text)}</div></li>'
+        )
+    if isinstance(entry, Reasoning):
+        return (
+            '<li class="entry"><details class="reasoning"><summary>reasoning</summary>'
+            f'<div class="tool-body"><pre>{_e(entry.text)}</pre></div></details></li>'
+        )
+    if isinstance(entry, ToolCall):
+        return f'<li class="entry">{_tool(entry)}</li>'
+    if isinstance(entry, Notice):
+        text = _NOTICE_LABELS[entry.tone] + entry.text
+        return f'<li class="entry notice {entry.tone}">{_e(text)}</li>'
+    return f'<li class="entry"><pre class="text">{_e(entry.text)}</pre></li>'
+
+
+def _transcript_document(title: str, body: str) -> str:
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)}</title><style>{_STYLE}{_TRANSCRIPT_STYLE}</style></head><body><main>"
+        f'<header><h1>{_e(title)}</h1><p class="muted"><a href="/status">Baton status</a></p>'
+        f"</header>{body}</main></body></html>\n"
+    )
+
+
+def render_transcript_page(run: Run, entries: Sequence[Entry], days: int) -> str:
+    """Return the page of an attempt's transcript: what its agent said and did, in order."""
+    result = run.agent_result
+    facts = [result.agent if result is not None else "no agent", run.state.value]
+    if result is not None:
+        facts.append(f"agent ended {_clock(result.ended_at)}")
+        facts.append(f"kept until about {_clock(result.ended_at + timedelta(days=days))}")
+    calls = sum(isinstance(entry, ToolCall) for entry in entries)
+    found = counts(entries)
+    tally = " · ".join(
+        f"{count} {word}{'' if count == 1 else 's'}"
+        for count, word in (
+            (calls, "tool call"),
+            (found["error"], "error"),
+            (found["denial"], "denial"),
+        )
+    )
+    body = f'<p class="muted">{_e(" · ".join(facts))}</p><p>{_e(tally)}</p>'
+    if result is not None and result.denials:
+        listed = "".join(f"<li>{_e(denial)}</li>" for denial in result.denials)
+        body += _section(
+            "denied",
+            "Denied by the agent's CLI",
+            len(result.denials),
+            f'<ul class="denials notice denial">{listed}</ul>',
+        )
+    shown = "".join(_entry(entry) for entry in entries)
+    body += _section(
+        "transcript", "Transcript", len(entries), f'<ol class="transcript">{shown}</ol>'
+    )
+    title = f"Transcript of {run.issue}, attempt {run.attempt}"
+    return _transcript_document(title, body)
+
+
+def render_no_transcript_page(reason: str) -> str:
+    """Return the page saying why there is no transcript to show."""
+    return _transcript_document("No transcript", f'<p class="alert warn">{_e(reason)}.</p>')

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +22,38 @@ from bot.agents import (
 from bot.agents.setup import run_setup
 from bot.domain import issue_text as snapshot
 from bot.domain import render
-from bot.domain.checks import failing_checks
-from bot.domain.classify import Ending, RunFacts
+from bot.domain.checks import failing_checks, reported_by_others
+from bot.domain.classify import RunFacts
+from bot.domain.commands import Standing
 from bot.domain.issue_text import IssueText, Snapshot
-from bot.domain.jobs import RunMode, run_issue_job
+from bot.domain.jobs import RunMode
 from bot.domain.model import AgentResult, IssueRef, Run, RunState, utcnow
+from bot.domain.plans.admission import (
+    Admission,
+    Admit,
+    Arrival,
+    Fact,
+    Learn,
+    RefusedConfig,
+    Slot,
+    Stack,
+    StartFacts,
+    Window,
+    admit,
+    arrival,
+)
+from bot.domain.plans.ending import End, after_agent, ended
 from bot.domain.render import Continuation, ReviewComment, ReviewSummary
-from bot.domain.repo_config import CONFIG_PATH, InvalidRepoConfig, apply_repo_config
+from bot.domain.repo_config import InvalidRepoConfig, apply_repo_config
+from bot.domain.resources import Issue, Label, Repository, User
+from bot.domain.spend import Budgets, Spending
 from bot.edges.api import (
-    label_names,
+    learn_bot_user_id,
+    list_check_runs,
+    list_review_comments,
+    list_reviews,
     load_repo_config,
     open_or_update_pr,
-    read_check_runs,
     read_combined_status,
     read_issue,
     read_pull,
@@ -46,15 +66,16 @@ from bot.ops.logs import log_context
 from bot.ops.metrics import agent_usage
 from bot.ops.worker import stopping
 from bot.workflows.chain import stack_base
-from bot.workflows.conclude import conclude, policy_of, post_status, report
+from bot.workflows.conclude import own_app_id, policy_of, report
+from bot.workflows.execute import conclude, execute, record
 from bot.workflows.labels import set_state_label
 from bot.workflows.services import Services
-from bot.workflows.standing import queued_by_a_steerer, standing_of
+from bot.workflows.standing import queuer_standing, standing_of
+from bot.workflows.steer import with_chosen_agent
+from bot.workflows.transcripts import keep_transcript
 
 log = logging.getLogger(__name__)
 
-CLAIM_RETRY_S = 30.0
-SLOT_RETRY_S = 30.0
 STOP_POLL_S = 1.0
 INTERRUPTED = "interrupted by a worker restart; continuing"
 # A label event this recent stands for a read of its issue (GitHub's clock and ours agree
@@ -70,37 +91,37 @@ async def run_issue(
     queued_by: str | None = None,
     text: Snapshot | None = None,
     labels: tuple[str, ...] | None = None,
+    agent: str | None = None,
 ) -> Run | None:
     """Claim the issue and run one attempt at it; None when there was nothing to do.
 
     queued_by is who put the queue label on, for a fresh run; when it is not known,
     the issue's events say. text is the issue as it was queued, for a fresh run: it
     is recorded once queued_by is known to steer, and every attempt's brief uses it.
-    labels are what its label event showed on the issue, where it did.
+    labels are what its label event showed on the issue, where it did. agent is the
+    one a steerer's `/baton start --agent` picked, where one did.
     """
-    if services.store.paused_since(issue.repo) is not None:
-        # Held, not lost: resuming the repository makes this start.
-        services.store.hold(issue, mode.value, after)
-        if text is not None:
-            services.store.update_queued_text(issue, lambda current: snapshot.hold(current, text))
-        log.info("%s: %s is paused; holding a %s run", issue, issue.repo, mode.value)
+    store = services.store
+    paused = store.paused_since(issue.repo) is not None
+    claim = None if paused else store.claim(issue)  # a paused repository's start is held
+    facts = Arrival(
+        issue=issue,
+        mode=mode,
+        after=after,
+        text=text,
+        paused=paused,
+        claimed=claim is not None,
+        holder=store.lock_holder(issue) if claim is None else None,
+    )
+    stop = arrival(services.settings, facts, utcnow())
+    if stop is not None:
+        log.log(stop.level, "%s: %s", issue, stop.note)
+        record(services, stop.plan)
         return None
-    claim = services.store.claim(issue)
-    if claim is None:
-        log.info(
-            "%s: already claimed (%s); not starting a second run",
-            issue,
-            services.store.lock_holder(issue),
-        )
-        if mode is not RunMode.FRESH:
-            # A recovery is owed to this issue: try again once the holder is done, rather
-            # than lose it (a duplicate of this very job finds nothing to do then).
-            job = run_issue_job(services.settings, issue, f"after-{after}", mode, after)
-            services.dispatch.enqueue_later(job, CLAIM_RETRY_S)
-        return None
+    assert claim is not None  # arrival() lets only a claimed start go on
     try:
         async with github_app(services.settings, services.store) as app:
-            attempt = _Attempt(services, app, claim, mode, after, queued_by, text, labels)
+            attempt = _Attempt(services, app, claim, mode, after, queued_by, text, labels, agent)
             return await attempt.execute()
     finally:
         services.store.release_run_slot(issue)
@@ -141,12 +162,12 @@ async def inherit_open_pr(gh: GitHubClient, previous: Run) -> dict[str, Any]:
             exc,
         )
         return {}
-    if pull["state"] != "open" or pull["head"]["ref"] != previous.branch:
+    if pull.state != "open" or pull.head.ref != previous.branch:
         log.info(
             "%s: PR #%d is %s; not inheriting it",
             previous.issue,
             previous.pr_number,
-            "merged" if pull.get("merged") else pull["state"],
+            "merged" if pull.merged else pull.state,
         )
         return {}
     return {"pr_number": previous.pr_number, "pr_url": previous.pr_url}
@@ -165,6 +186,7 @@ class _Attempt:
         queued_by: str | None = None,
         text: Snapshot | None = None,
         labels: tuple[str, ...] | None = None,
+        agent: str | None = None,
     ) -> None:
         self.services = services
         self.settings = services.settings
@@ -177,6 +199,7 @@ class _Attempt:
         self.queued_by = queued_by
         self.offered = text  # the issue as queued, when this start carries it
         self.shown_labels = labels  # the labels its label event showed, when it did
+        self.asked_agent = agent  # the agent `/baton start --agent` picked, when one did
         self.text = IssueText()  # what the brief uses: recorded by execute before any work
         self.stopped = False
         self.pushed_tip: str | None = None  # the branch's tip on GitHub, as Baton last pushed
@@ -184,67 +207,121 @@ class _Attempt:
         self.salvage_tip: str | None = None  # the salvage branch on GitHub, as last known
         self.heartbeat: asyncio.Task[None] | None = None
         self.setup_commands: tuple[str, ...] = ()
+        self.draft_until_green = False  # the repository's file: a new pull request is a draft
 
     async def execute(self) -> Run | None:
         await self.app.learn_bot_login()  # so the web process can tell Baton's own events apart
-        await self.app.learn_bot_user_id(self.issue.installation_id)  # its commits' address
+        # The bot account's id: the address its commits are authored with.
+        await learn_bot_user_id(self.app, self.store, self.issue.installation_id)
         gh = await self.app.for_installation(self.issue.installation_id)
         repo = await read_repository(gh, self.store, self.issue.repo)
-        base = str(repo["default_branch"])
         # The repository's file first: it may name the labels the issue is judged by.
+        refused = await self._configure(gh, repo.default_branch)
+        data = self._as_the_label_event_showed_it() or await read_issue(gh, self.issue)
+        self.settings = await with_chosen_agent(
+            self.services, gh, self.settings, self.issue, self.mode, self.asked_agent, data
+        )
+        start = await self._admission(gh, data, repo, refused)
+        if not isinstance(start, Admit):
+            if start.note is not None:
+                log.log(start.level, "%s: %s", self.issue, start.note)
+            await execute(self.services, gh, start.plan)
+            return None
+        self.text = start.text
+        run = await self._claimed_run(gh, start)
+        with log_context(run_id=run.run_id, attempt=run.attempt):
+            return await self._begin(
+                gh, run, data.label_names, start.previous, start.base, repo.clone_url
+            )
+
+    async def _configure(self, gh: GitHubClient, base: str) -> RefusedConfig | None:
+        """Apply the repository's file to the settings; return it, where it starts nothing.
+
+        A file asking for more than the deployment allows starts nothing either, but
+        its labels still name the issue's state.
+        """
         try:
             file = await load_repo_config(gh, self.store, self.issue.repo, base)
         except InvalidRepoConfig as exc:
             invalid: InvalidRepoConfig | None = exc
         else:
-            # A file asking for more than the deployment allows starts nothing either,
-            # but its labels still name the issue's state.
             invalid = file.refused_by(self.settings)
             self.settings = apply_repo_config(self.settings, file.config)
             self.setup_commands = tuple(file.config.setup or ())
-        data = self._as_the_label_event_showed_it() or await read_issue(gh, self.issue)
-        labels = label_names(data)
-        try:
-            previous = self._predecessor(data, labels)
-        except _NotNow as why:
-            log.info("%s: not starting a %s run: %s", self.issue, self.mode.value, why)
+            self.draft_until_green = file.config.draft_until_green
+        if invalid is None:
             return None
-        if self.mode is RunMode.FRESH and not await self._queued_by_a_steerer(gh):
-            return None
-        self.text = self._queued_text(data)
-        if invalid is not None:
-            await self._refuse_config(gh, invalid, base, labels)
-            return None
-        try:
-            base = await self._stack_base(gh, base, str(repo["clone_url"]))
-        except _Refused as why:
-            await self._refuse(gh, str(why), render.refusal_comment(str(why)), labels)
-            return None
-        policy = self.settings.policy
-        reopens_at = self.store.window_reopens_at(policy.account, utcnow())
-        if reopens_at is not None and policy.limits.halt_on_usage_window:
-            await self._wait_for_window(gh, policy.account, reopens_at, labels)
-            return None
-        slots = self.settings.max_concurrent_runs_per_repo
-        if slots is not None and not self.store.take_run_slot(self.issue, slots):
-            await self._wait_for_slot(gh, slots)
-            return None
+        problems = tuple(problem.within_file for problem in invalid.error.problems)
+        return RefusedConfig(reason=str(invalid), blob_sha=invalid.blob_sha, problems=problems)
+
+    async def _admission(
+        self, gh: GitHubClient, data: Issue, repo: Repository, refused: RefusedConfig | None
+    ) -> Admission:
+        """Judge the claimed start, learning each fact admit() asks for, as it asks."""
+        chain = self.store.chain_of(self.issue)
+        facts = StartFacts(
+            issue=self.issue,
+            mode=self.mode,
+            after=self.after,
+            queued_by=self.queued_by,
+            agent=self.asked_agent,
+            open=not data.is_pull_request and data.state == "open",
+            carried=frozenset(data.label_names),
+            latest=self.store.latest_run(self.issue),
+            chain_link=chain is not None and self.issue.number in chain.links,
+            default_branch=repo.default_branch,
+            refused_config=refused,
+        )
+        while True:
+            verdict = admit(self.settings, facts, utcnow())
+            if not isinstance(verdict, Learn):
+                return verdict
+            learnt = await self._learn(gh, verdict.fact, data, repo.clone_url)
+            facts = facts.model_copy(update={verdict.fact: learnt})
+
+    async def _learn(
+        self, gh: GitHubClient, fact: Fact, data: Issue, clone_url: str
+    ) -> Standing | IssueText | Spending | Stack | Window | Slot:
+        """Learn one fact of the start: it may cost GitHub calls, git, a write or a run slot."""
+        if fact == "standing":
+            standing = await queuer_standing(
+                gh, self.store, self.settings, self.issue, self.queued_by
+            )
+            self.queued_by = standing.login if standing.allowed else None
+            return standing
+        if fact == "text":
+            return self._queued_text(data)
+        if fact == "spending":
+            budgets = Budgets.of(self.services.settings, self.settings)
+            return self.store.spending(self.issue.repo, budgets, utcnow())
+        if fact == "stack":
+            return await self._stack(gh, clone_url)
+        if fact == "window":
+            account = self.settings.policy.account
+            return Window(reopens_at=self.store.window_reopens_at(account, utcnow()))
+        limit = self.settings.max_concurrent_runs_per_repo
+        assert fact == "slot" and limit is not None
+        got = self.store.take_run_slot(self.issue, limit)
+        return Slot(got=got, waiting=not got and self.store.is_waiting(self.issue))
+
+    async def _claimed_run(self, gh: GitHubClient, start: Admit) -> Run:
+        """Return the admitted attempt's run, as claimed: on its branch, with its PR if open."""
+        previous, mode = start.previous, self.mode
+        follows = previous if mode is RunMode.CONTINUE else None  # what a continuation takes over
         attempt = self.store.next_attempt(self.claim)
-        branch = previous.branch if previous else branch_name(self.issue.number, self.text.title)
+        branch = previous.branch if previous else branch_name(self.issue.number, start.text.title)
         run = Run.claimed(self.issue, attempt, branch, utcnow()).model_copy(
             update={
-                "continuation_of": previous.attempt
-                if previous and self.mode is RunMode.CONTINUE
-                else None,
-                "queued_fresh": self.mode in (RunMode.FRESH, RunMode.CHAIN),
-                "policy": policy,
-                "title": self.text.title,
+                "continuation_of": follows.attempt if follows else None,
+                "queued_fresh": mode in (RunMode.FRESH, RunMode.CHAIN),
+                "policy": self.settings.policy,
+                "title": start.text.title,
+                "agent": self.settings.agent,
             }
         )
-        if self.mode is RunMode.CONTINUE and previous is not None:
-            run = run.model_copy(update=await inherit_open_pr(gh, previous))
-        with log_context(run_id=run.run_id, attempt=attempt):
-            return await self._begin(gh, run, labels, previous, base, str(repo["clone_url"]))
+        if follows is not None:
+            run = run.model_copy(update=await inherit_open_pr(gh, follows))
+        return run
 
     async def _begin(
         self,
@@ -278,35 +355,12 @@ class _Attempt:
             log.warning("%s: lost the issue's lock; stopping without touching GitHub", self.issue)
             return None
         except (GitError, HTTPException, AgentConfigError, OSError) as exc:
-            return await self._end(gh, run, "infra-failed", RunState.FAILED, _one_line(exc))
+            end = ended("infra-failed", RunState.FAILED, _one_line(exc), run.agent_result)
+            return await self._end(gh, run, end)
         finally:
             heartbeat.cancel()
 
-    async def _wait_for_window(
-        self, gh: GitHubClient, account: str, reopens_at: datetime, labels: set[str]
-    ) -> None:
-        """Start nothing while the account's window is closed; come back when it reopens."""
-        self._come_back_at(reopens_at, "window")
-        if self.mode is not RunMode.FRESH:
-            # A fresh run keeps the queue label it starts from; a recovery shows it is held.
-            await self._label(gh, self.settings.labels.halted, labels)
-        await post_status(
-            self.services, gh, self.issue, render.waiting_comment(account, reopens_at, utcnow())
-        )
-        log.info(
-            "%s: %s's usage window is closed; waiting until %s", self.issue, account, reopens_at
-        )
-
-    async def _wait_for_slot(self, gh: GitHubClient, limit: int) -> None:
-        """Start nothing while the repository's runs fill its slots; look again shortly."""
-        retry_at = utcnow() + timedelta(seconds=SLOT_RETRY_S)
-        if not self.store.is_waiting(self.issue):  # said once, not every time it looks
-            comment = render.slot_wait_comment(self.issue.repo, limit, retry_at, utcnow())
-            await post_status(self.services, gh, self.issue, comment)
-        self._come_back_at(retry_at, "slot")
-        log.info("%s: %s's %d run slots are taken; waiting", self.issue, self.issue.repo, limit)
-
-    def _as_the_label_event_showed_it(self) -> dict[str, Any] | None:
+    def _as_the_label_event_showed_it(self) -> Issue | None:
         """Return the issue as its label event showed it, when that was a moment ago.
 
         A fresh queueing's event carries the issue open, with its title, its body and
@@ -319,14 +373,15 @@ class _Attempt:
             return None
         if utcnow() - offered.at > EVENT_VIEW or self.store.withdrawn_since(self.issue, offered.at):
             return None
-        return {
-            "state": "open",
-            "title": offered.title,
-            "body": offered.body,
-            "labels": [{"name": name} for name in shown],
-        }
+        return Issue(
+            number=self.issue.number,
+            state="open",
+            title=offered.title,
+            body=offered.body,
+            labels=tuple(Label(name=name) for name in shown),
+        )
 
-    def _queued_text(self, data: dict[str, Any]) -> IssueText:
+    def _queued_text(self, data: Issue) -> IssueText:
         """Record the text this attempt works from, if it is a new queueing's, and return it.
 
         A fresh start records the text it carries: the label event's, the sweep's
@@ -337,7 +392,7 @@ class _Attempt:
         current = store.queued_text(issue)
         offered = self.offered or (current.held if fresh and current is not None else None)
         if offered is None and (fresh or current is None or current.queued is None):
-            title, body = str(data["title"]), data.get("body")
+            title, body = data.title, data.body
             offered = snapshot.snapshot(title, body, utcnow(), self.queued_by, "claim")
         if offered is not None:
             latest = store.latest_run(issue)
@@ -350,100 +405,42 @@ class _Attempt:
         assert recorded is not None and recorded.queued is not None
         return recorded
 
-    async def _queued_by_a_steerer(self, gh: GitHubClient) -> bool:
-        """Return whether whoever put the queue label on may queue; if not, undo it, once said."""
-        self.queued_by = await queued_by_a_steerer(
-            gh, self.store, self.settings, self.issue, self.queued_by
-        )
-        return self.queued_by is not None
-
-    def _come_back_at(self, when: datetime, why: str) -> None:
-        """Schedule this same start for when, and index the issue as waiting until then."""
-        key = f"{why}-{int(when.timestamp())}"
-        job = run_issue_job(
-            self.settings, self.issue, key, self.mode, self.after, queued_by=self.queued_by
-        )
-        self.services.dispatch.enqueue_at(job, when)
-        self.store.record_wait(self.issue, when)
-
-    async def _stack_base(self, gh: GitHubClient, base: str, clone_url: str) -> str:
-        """Return the branch a chain link builds on: its predecessor's, while that is unmerged.
+    async def _stack(self, gh: GitHubClient, clone_url: str) -> Stack:
+        """Return what a chain link builds on: its predecessor's branch, while that is unmerged.
 
         Never the base branch in place of a predecessor's: a tip that is gone, or
         a predecessor's worktree holding work it never committed, refuses the link.
         """
         chain = self.store.chain_of(self.issue)
         if chain is None or self.issue.number not in chain.links:
-            return base
+            return Stack()
         predecessor = await stack_base(gh, self.services, chain, self.issue.number)
         if predecessor is None:
-            return base
+            return Stack()
         workspace = self.services.workspace
         token = await self.app.installation_token(self.issue.installation_id)
         await workspace.refresh_mirror(self.issue.repo, clone_url, token)
         pred = f"#{predecessor.issue.number}"
         if await workspace.remote_branch(self.issue.repo, predecessor.branch) is None:
-            raise _Refused(
-                f"{pred}'s branch `{predecessor.branch}` no longer exists, so there is no "
+            return Stack(
+                refusal=f"{pred}'s branch `{predecessor.branch}` no longer exists, so there is no "
                 f"committed tip to build #{self.issue.number} on (Baton never builds a link "
                 "on the base branch in its place). Restore the branch, or re-queue the "
                 f"chain once {pred} is merged."
             )
         if await workspace.is_dirty(self.issue.repo, predecessor.issue.number):
-            raise _Refused(
-                f"{pred}'s worktree holds uncommitted work, so its branch is not the tip "
+            return Stack(
+                refusal=f"{pred}'s worktree holds uncommitted work, so its branch is not the tip "
                 f"#{self.issue.number} should build on. Commit and push it, or discard it, "
                 "then re-queue the chain."
             )
-        return predecessor.branch
+        return Stack(branch=predecessor.branch)
 
     async def _label(self, gh: GitHubClient, label: str, labels: set[str] | None = None) -> None:
         """Make label the issue's one Baton state label (labels: what it carries, if known)."""
         await set_state_label(
             gh, self.store, self.services.dispatch, self.settings.labels, self.issue, label, labels
         )
-
-    async def _refuse(
-        self, gh: GitHubClient, reason: str, comment: str | None, labels: set[str]
-    ) -> None:
-        """Start nothing: the issue is a maintainer's to act on; comment says why, if given.
-
-        labels are what the issue carries, as read: its queue label comes off.
-        """
-        log.warning("%s: not starting: %s", self.issue, reason)
-        await self._label(gh, self.settings.labels.escalated, labels)
-        if comment is not None:
-            await post_status(self.services, gh, self.issue, comment)
-
-    async def _refuse_config(
-        self, gh: GitHubClient, invalid: InvalidRepoConfig, base: str, labels: set[str]
-    ) -> None:
-        """Start nothing on a file that is invalid or asks too much; say why, once per version."""
-        comment = None
-        if self.store.first_config_error(self.issue, invalid.blob_sha):
-            problems = [problem.within_file for problem in invalid.error.problems]
-            comment = render.config_error_comment(CONFIG_PATH, base, problems)
-        await self._refuse(gh, str(invalid), comment, labels)
-
-    def _predecessor(self, data: dict[str, Any], labels: set[str]) -> Run | None:
-        """Return the run this attempt follows (None for a fresh one); raise _NotNow to skip."""
-        if "pull_request" in data or data["state"] != "open":
-            raise _NotNow("not an open issue")
-        if self.mode is RunMode.FRESH:
-            if self.settings.labels.queue not in labels:
-                raise _NotNow(f"it no longer carries {self.settings.labels.queue}")
-            return None
-        if self.mode is RunMode.CHAIN:
-            chain = self.store.chain_of(self.issue)
-            if chain is None or self.issue.number not in chain.links:
-                raise _NotNow("it is no longer a link of a chain")
-            return None
-        latest = self.store.latest_run(self.issue)
-        if latest is None or latest.attempt != self.after or latest.classification is None:
-            raise _NotNow(f"attempt {self.after} is not the latest, concluded attempt")
-        if not labels & self.settings.labels.active:
-            raise _NotNow("a maintainer withdrew it")
-        return latest
 
     async def _work(
         self,
@@ -491,56 +488,60 @@ class _Attempt:
             checkpoints.cancel()
         run = run.model_copy(update={"agent_result": result})
         self.store.add_metrics(agent_usage(result))
+        self.store.record_spend(run)
+        keep_transcript(self.services, run)  # however the agent ended, before the push can fail
         if stopping():
             return await self._interrupted(gh, run, clone_url, start)
+        return await self._after_agent(gh, run, result, clone_url, (start, base, base_sha))
+
+    async def _after_agent(
+        self,
+        gh: GitHubClient,
+        run: Run,
+        result: AgentResult,
+        clone_url: str,
+        built_on: tuple[str, str, str],
+    ) -> Run | None:
+        """Push what the agent committed; end the attempt as it ended, or open its PR.
+
+        built_on is where the worktree started, the base branch, and that branch's tip.
+        """
+        start, base, base_sha = built_on
+        workspace, repo = self.services.workspace, self.issue.repo
         head_sha = await workspace.collect(
-            self.issue.repo,
+            repo,
             self.issue.number,
             start,
             leftovers=f"Work on #{self.issue.number} (Baton, attempt {run.attempt})",
         )
-        new_commits = await workspace.commits_since(self.issue.repo, start, head_sha)
-        changed = await workspace.has_diff(self.issue.repo, base_sha, head_sha)
+        new_commits = await workspace.commits_since(repo, start, head_sha)
+        changed = await workspace.has_diff(repo, base_sha, head_sha)
         # Known before the push, so the PR is opened with its list of files in one call.
-        files = await pull_files(workspace, self.issue.repo, base_sha, head_sha) if changed else []
+        files = await pull_files(workspace, repo, base_sha, head_sha) if changed else []
+        push_failure = None
         if new_commits:
             # Pushed even when the agent stopped short: a continuation builds on it, here or
             # on another machine, and an operator's stop keeps the work.
             # Recorded before the push, so a check result that races the PR finds its run.
             run = self._move(run, run.state, head_sha=head_sha)
-            self._ensure_claim()
-            token = await self.app.installation_token(self.issue.installation_id)
-            try:
-                await workspace.push(
-                    self.issue.repo, clone_url, run.branch, head_sha, token, self.pushed_tip
-                )
-            except GitError as exc:
-                return await self._end(
-                    gh,
-                    run,
-                    "push-failed",
-                    RunState.FAILED,
-                    f"pushing {run.branch} failed: {_one_line(exc)}",
-                )
-            await self._drop_salvage(clone_url)
-        if result.stop_reason == "cancelled":
-            return await self._end(
-                gh, run, "stopped", RunState.KILLED, "stopped by a maintainer", new_commits
-            )
-        if result.status != "success":
-            return await self._end(
-                gh,
-                run,
-                "agent",
-                RunState.FAILED,
-                result.result_text or result.stop_reason,
-                new_commits,
-            )
-        if not new_commits or not changed:
-            return await self._end(
-                gh, run, "agent", RunState.NO_CHANGE, "the agent finished without changing any file"
-            )
+            push_failure = await self._push(run, clone_url, head_sha)
+        end = after_agent(result, new_commits, changed, push_failure)
+        if end is not None:
+            return await self._end(gh, run, end)
         return await self._open_pull(gh, run, result, base, files)
+
+    async def _push(self, run: Run, clone_url: str, head_sha: str) -> str | None:
+        """Push the attempt's commits to its branch; return why that failed, where it did."""
+        self._ensure_claim()
+        token = await self.app.installation_token(self.issue.installation_id)
+        try:
+            await self.services.workspace.push(
+                self.issue.repo, clone_url, run.branch, head_sha, token, self.pushed_tip
+            )
+        except GitError as exc:
+            return f"pushing {run.branch} failed: {_one_line(exc)}"
+        await self._drop_salvage(clone_url)
+        return None
 
     async def _open_pull(
         self, gh: GitHubClient, run: Run, result: AgentResult, base: str, files: list[str]
@@ -556,20 +557,20 @@ class _Attempt:
                 title=title,
                 body=render.pr_body(run, report_text, files),
                 number=run.pr_number,
+                draft=self.draft_until_green,
             )
         except HTTPException as exc:
+            reason = f"opening the pull request failed: {_one_line(exc)}"
             return await self._end(
-                gh,
-                run,
-                "pr-failed",
-                RunState.FAILED,
-                f"opening the pull request failed: {_one_line(exc)}",
+                gh, run, ended("pr-failed", RunState.FAILED, reason, run.agent_result)
             )
+        if pr.draft and pr.node_id is not None:  # marked ready for review once it is green
+            self.store.record_draft(self.issue.repo, pr.number, pr.node_id)
         run = self._move(
             run,
             RunState.PUSHED_PENDING,
-            pr_number=int(pr["number"]),
-            pr_url=str(pr["html_url"]),
+            pr_number=pr.number,
+            pr_url=pr.html_url,
             changed_files=files,
         )
         await report(self.services, gh, run)
@@ -602,37 +603,37 @@ class _Attempt:
             return None
         checks = []
         if previous.failure_class == "checks-failed" and previous.head_sha:
-            runs = await read_check_runs(gh, self.issue.repo, previous.head_sha)
+            runs = await list_check_runs(gh, self.issue.repo, previous.head_sha)
             status = await read_combined_status(gh, self.issue.repo, previous.head_sha)
             required = policy_of(self.services, previous).required_checks
-            checks = failing_checks(runs, status, required)
+            reported = [run.model_dump() for run in runs]
+            others = reported_by_others(reported, own_app_id(self.services))
+            checks = failing_checks(others, status.model_dump(), required)
         review = None
         if previous.review_id is not None and previous.pr_number is not None:
             review = await self._review(gh, previous.pr_number, previous.review_id)
         return Continuation(previous=previous, failing_checks=tuple(checks), review=review)
 
     async def _review(self, gh: GitHubClient, pull: int, review_id: int) -> ReviewSummary | None:
-        url_vars: dict[str, str | int] = {"repo": self.issue.repo, "number": pull}
-        reviews = [r async for r in gh.getiter("/repos/{+repo}/pulls/{number}/reviews", url_vars)]
-        found = next((r for r in reviews if r["id"] == review_id), None)
-        if found is None or not await self._steers(gh, found["user"], "review"):
+        reviews = await list_reviews(gh, self.issue.repo, pull)
+        found = next((r for r in reviews if r.id == review_id), None)
+        if found is None or found.user is None or not await self._steers(gh, found.user, "review"):
             return None
         comments = [
-            ReviewComment(path=str(c["path"]), line=c.get("line"), body=str(c["body"]))
-            async for c in gh.getiter("/repos/{+repo}/pulls/{number}/comments", url_vars)
-            if c.get("pull_request_review_id") == review_id  # the reviewer's, judged above
+            ReviewComment(path=c.path, line=c.line, body=c.body)
+            for c in await list_review_comments(gh, self.issue.repo, pull)
+            if c.pull_request_review_id == review_id  # the reviewer's, judged above
         ]
         return ReviewSummary(
-            author=str(found["user"]["login"]),
-            body=str(found.get("body") or ""),
+            author=found.user.login,
+            body=found.body or "",
             comments=tuple(comments),
         )
 
-    async def _steers(self, gh: GitHubClient, user: dict[str, Any], what: str) -> bool:
+    async def _steers(self, gh: GitHubClient, user: User, what: str) -> bool:
         """Return whether what a user wrote may reach the brief: only a steerer's words do."""
-        login = str(user["login"])
         standing = await standing_of(
-            gh, self.store, self.settings, self.issue.repo, login, user.get("type")
+            gh, self.store, self.settings, self.issue.repo, user.login, user.type
         )
         if not standing.allowed:
             log.warning("%s: left a %s out of the brief: %s", self.issue, what, standing)
@@ -841,26 +842,13 @@ class _Attempt:
         if not self.store.heartbeat(self.claim):
             raise LockLost(f"{self.issue}: the lock expired")
 
-    async def _end(
-        self,
-        gh: GitHubClient,
-        run: Run,
-        ending: Ending,
-        state: RunState,
-        reason: str,
-        new_commits: int = 0,
-    ) -> Run | None:
-        run = self._move(run, state, reason=reason)
-        agent = run.agent_result
-        facts = RunFacts(
-            ending=ending,
-            stop_reason=agent.stop_reason if agent and ending in ("agent", "stopped") else None,
-            new_commits=new_commits,
-            resets_at=agent.resets_at if agent else None,
-            detail=reason,
+    async def _end(self, gh: GitHubClient, run: Run, end: End) -> Run | None:
+        """Record how the attempt ended, then classify it and perform its recovery."""
+        run = self._move(run, end.state, reason=end.reason)
+        log.warning(
+            "%s: attempt %d ended %s: %s", self.issue, run.attempt, run.state.value, end.reason
         )
-        log.warning("%s: attempt %d ended %s: %s", self.issue, run.attempt, state.value, reason)
-        return await conclude(self.services, gh, run, facts)
+        return await conclude(self.services, gh, run, end.facts)
 
     async def _heartbeat(self) -> None:
         while True:
@@ -891,17 +879,10 @@ def _previous_session(continuation: Continuation | None) -> str | None:
 _AS = {
     "label": "it was when it was queued",
     "chain": "it was when its chain was queued",
+    "command": "it was when `/baton start` queued it",
     "sweep": "the sweep read it (its label event was lost)",
     "claim": "read now (no text was recorded when it was queued)",
 }
-
-
-class _Refused(Exception):
-    """The attempt must not start, and a maintainer must be told why."""
-
-
-class _NotNow(Exception):
-    """The attempt should not start: the issue moved on, or a maintainer withdrew it."""
 
 
 def _one_line(exc: BaseException) -> str:

@@ -1,23 +1,22 @@
 """Chains at work: plan a queued chain, start its links in order, restack them after a merge.
 
-The decisions are pure (`bot/domain/chains.py`); this module reads what GitHub and the
-run records say, applies those decisions and writes the results back. Every
-step is recomputed from that state, so a repeated job finds the work done.
+The decisions are pure (`bot/domain/chains.py`, `bot/domain/plans/restack.py`); this
+module reads what GitHub and the run records say, applies those decisions and writes the
+results back. Every step is recomputed from that state, so a repeated job finds the work
+done.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
+from collections.abc import Mapping
+from datetime import datetime
 from functools import partial
-from typing import Any
 
 from gidgethub import BadRequest
 
 from bot.domain import render
 from bot.domain.chains import (
-    STACK_MARKER,
     ChainRefused,
     IssueFacts,
     LinkStatus,
@@ -32,20 +31,30 @@ from bot.domain.chains import (
     next_step,
     predecessor_of,
     preflight,
-    stack_manifest,
     successors,
     task_list,
 )
-from bot.domain.classify import RunFacts
 from bot.domain.issue_text import Snapshot, queue, snapshot
 from bot.domain.jobs import RunMode, run_issue_job
-from bot.domain.model import Chain, IssueRef, Run, RunState, utcnow
+from bot.domain.model import Chain, IssueRef, Run, utcnow
+from bot.domain.plans.restack import (
+    Moved,
+    Replay,
+    manifest_pulls,
+    replay_plan,
+    replayed,
+    restack_due,
+    restack_plan,
+    restamped,
+)
 from bot.domain.repo_config import InvalidRepoConfig, apply_repo_config
-from bot.edges.api import label_names, load_repo_config, read_issue, read_repository
+from bot.domain.resources import Issue
+from bot.edges.api import load_repo_config, read_issue, read_pull, read_repository, update_pull
 from bot.edges.github import GitHubApp, GitHubClient, github_app
 from bot.edges.store import Store
 from bot.ops.settings import Settings
-from bot.workflows.conclude import conclude, policy_of, post_status
+from bot.workflows.conclude import policy_of, post_status
+from bot.workflows.execute import execute
 from bot.workflows.labels import recorded_labels, set_state_label
 from bot.workflows.services import Services
 from bot.workflows.standing import queued_by_a_steerer, standing_of
@@ -74,16 +83,16 @@ async def queue_chain(
         gh = await app.for_installation(issue.installation_id)
         data = await read_issue(gh, issue)
         if text is not None:
-            data = {**data, "title": text.title, "body": text.body}
-        labels = label_names(data)
+            data = data.model_copy(update={"title": text.title, "body": text.body})
+        labels = data.label_names
         repo = await read_repository(gh, store, issue.repo)
         ours = settings.labels  # until the repository's file names its own
         judged = False  # whether who queued it was judged by the repository's rule
         try:
-            file = await load_repo_config(gh, store, issue.repo, str(repo["default_branch"]))
+            file = await load_repo_config(gh, store, issue.repo, repo.default_branch)
             applied = apply_repo_config(settings, file.config)
             ours = applied.labels
-            if ours.queue not in labels or data["state"] != "open":
+            if ours.queue not in labels or data.state != "open":
                 log.info("%s: no longer queued; not planning its chain", issue)
                 return None
             if await queued_by_a_steerer(gh, store, applied, issue, queued_by) is None:
@@ -179,8 +188,8 @@ async def manifest_links(gh: GitHubClient, services: Services, chain: Chain) -> 
         links.append(
             ManifestLink(
                 number=number,
-                title=str(data["title"]),
-                status=link_status(run, data["state"] == "open"),
+                title=data.title,
+                status=link_status(run, data.state == "open"),
                 pr_number=run.pr_number if run else None,
                 pr_url=run.pr_url if run else None,
             )
@@ -198,39 +207,26 @@ async def stack_base(gh: GitHubClient, services: Services, chain: Chain, number:
     return services.store.latest_run(chain.issue(predecessor))
 
 
-async def link_merged(services: Services, app: GitHubApp, merged: Run) -> None:
-    """Restack the successors of a merged link onto what it merged into, then advance.
+async def restack_chain(services: Services, app: GitHubApp, moved: Run, how: Moved) -> None:
+    """Bring the links stacked on a link that merged or went green (again) along, then advance.
 
-    The first successor's PR is retargeted to that branch; every successor's
-    branch is replayed without the commits it inherited. A conflict sends that
-    link back to the agent as a `merge-conflict` continuation, and stops there.
+    After a merge, the first successor's PR is retargeted to the branch the link merged
+    into; after a continuation gave the link's PR more commits, its successors are
+    left on its old tip. Either way every successor's branch is replayed without the
+    commits it inherited (bot/domain/plans/restack.py). A conflict sends that link
+    back to the agent as a `merge-conflict` continuation, and stops there.
     """
-    await _restack_then_advance(services, app, merged, merged=True)
-
-
-async def link_green(services: Services, app: GitHubApp, green: Run) -> None:
-    """Bring the links stacked on a link that went green (again) onto its new tip, then advance.
-
-    A link whose PR took more commits (a continuation after review) leaves its
-    successors on its old tip; they are replayed onto the new one.
-    """
-    await _restack_then_advance(services, app, green, merged=False)
-
-
-async def _restack_then_advance(
-    services: Services, app: GitHubApp, moved: Run, merged: bool
-) -> None:
     chain = services.store.chain_of(moved.issue)
     if chain is None or moved.issue.number not in chain.links:
         return
     gh = await app.for_installation(chain.installation_id)
     async with services.store.chain_lock(chain):
-        await _restack(services, app, gh, chain, moved, merged)
+        await _restack(services, app, gh, chain, moved, how)
     await advance(services, gh, chain)
 
 
 async def _restack(
-    services: Services, app: GitHubApp, gh: GitHubClient, chain: Chain, moved: Run, merged: bool
+    services: Services, app: GitHubApp, gh: GitHubClient, chain: Chain, moved: Run, how: Moved
 ) -> None:
     store = services.store
     stacked = [
@@ -238,99 +234,51 @@ async def _restack(
         for number in successors(chain.links, moved.issue.number)
         if (run := store.latest_run(chain.issue(number))) is not None
     ]
-    first = stacked[0] if stacked else None
-    if first is None or first.base_branch != moved.branch or moved.head_sha is None:
-        return  # nothing built on the link yet
-    if not merged and first.base_sha == moved.head_sha:
-        return  # already on the link's tip
+    if not restack_due(moved, how, stacked):
+        return
     repo = await read_repository(gh, services.store, chain.repo)
-    clone_url = str(repo["clone_url"])
+    plan = restack_plan(moved, how, stacked, repo.default_branch)
+    clone_url = repo.clone_url
     token = await app.installation_token(chain.installation_id)
     workspace = services.workspace
     mirror = await workspace.refresh_mirror(chain.repo, clone_url, token)
-    target = (moved.base_branch or str(repo["default_branch"])) if merged else moved.branch
-    onto = await workspace.rev_parse(mirror, f"refs/remotes/origin/{target}")
-    stacked_on, old_tip = moved.branch, moved.head_sha
-    for run in stacked:
-        if run.head_sha is None or run.pr_number is None or run.base_branch != stacked_on:
-            break  # not built on the link before it: nothing inherited to drop
-        if target != run.base_branch:
-            await _retarget(gh, chain.repo, run.pr_number, target)
+    onto = await workspace.rev_parse(mirror, f"refs/remotes/origin/{plan.target}")
+    for step in plan.steps:
+        run = step.run
+        if step.retarget:
+            await update_pull(gh, chain.repo, step.pull, base=step.base)
         rebased = await workspace.rebase_branch(
-            chain.repo, run.branch, onto, old_tip, clone_url, token
+            chain.repo, run.branch, onto, step.built_on, clone_url, token
         )
-        if rebased.tip is None:
-            await _conflicted(services, gh, run, target, rebased.conflicts)
-            break
-        store.update_run(run.issue, run.attempt, _restacked(target, onto, rebased.tip))
-        # The new head is settled by its checks' events; one that no CI runs on sends none.
+        replay = Replay(tip=rebased.tip, conflicts=rebased.conflicts)
+        at = utcnow()
+        store.update_run(
+            run.issue, run.attempt, partial(replayed, step=step, onto=onto, replay=replay, at=at)
+        )
         wait_s = policy_of(services, run).no_checks_after_s
-        services.dispatch.settle_head_at(
-            chain.installation_id, chain.repo, rebased.tip, utcnow() + timedelta(seconds=wait_s)
+        await execute(services, gh, replay_plan(step, replay, wait_s, at))
+        if replay.tip is None:
+            break
+        log.info(
+            "%s: restacked %s onto %s at %s", run.issue, run.branch, step.base, replay.tip[:12]
         )
-        log.info("%s: restacked %s onto %s at %s", run.issue, run.branch, target, rebased.tip[:12])
-        stacked_on, old_tip, target, onto = run.branch, run.head_sha, run.branch, rebased.tip
-
-
-def _restacked(base: str, base_sha: str, tip: str) -> Callable[[Run], Run | None]:
-    def change(current: Run) -> Run | None:
-        if current.head_sha == tip:
-            return None
-        moved = (
-            current
-            if current.state is RunState.PUSHED_PENDING
-            else current.moved(RunState.PUSHED_PENDING, utcnow(), note=f"restacked onto {base}")
-        )
-        return moved.model_copy(update={"base_branch": base, "base_sha": base_sha, "head_sha": tip})
-
-    return change
-
-
-async def _conflicted(
-    services: Services, gh: GitHubClient, run: Run, base: str, files: tuple[str, ...]
-) -> None:
-    listed = ", ".join(f"`{name}`" for name in files) or "files git did not name"
-    reason = f"replaying `{run.branch}` onto `{base}` conflicted in {listed}"
-    failed = services.store.update_run(
-        run.issue,
-        run.attempt,
-        lambda current: (
-            current.moved(RunState.FAILED, utcnow(), note="merge conflict").model_copy(
-                update={"reason": reason, "base_branch": base}
-            )
-            if current.classification is None
-            else None
-        ),
-    )
-    if failed is not None:
-        await conclude(services, gh, failed, RunFacts(ending="merge-conflict", detail=reason))
-
-
-async def _retarget(gh: GitHubClient, repo: str, pull: int, base: str) -> None:
-    await gh.patch(
-        "/repos/{+repo}/pulls/{number}", {"repo": repo, "number": pull}, data={"base": base}
-    )
+        onto = replay.tip
 
 
 async def _restamp_manifests(gh: GitHubClient, chain: Chain, links: list[ManifestLink]) -> None:
     """Keep the stack manifest in every open PR of the chain as the links now stand."""
-    for link in links:
-        if link.pr_number is None or link.status in (LinkStatus.MERGED, LinkStatus.CLOSED):
-            continue
-        url_vars: dict[str, str | int] = {"repo": chain.repo, "number": link.pr_number}
-        pull = await gh.getitem("/repos/{+repo}/pulls/{number}", url_vars)
-        body = str(pull.get("body") or "")
-        kept = body.split(STACK_MARKER, 1)[0].rstrip()
-        stamped = f"{kept}\n\n{stack_manifest(links, link.number)}"
-        if stamped != body:
-            await gh.patch("/repos/{+repo}/pulls/{number}", url_vars, data={"body": stamped})
+    for number, pull_number in manifest_pulls(links):
+        pull = await read_pull(gh, chain.repo, pull_number)
+        stamped = restamped(pull.body or "", links, number)
+        if stamped is not None:
+            await update_pull(gh, chain.repo, pull_number, body=stamped)
 
 
 async def _plan(
-    gh: GitHubClient, issue: IssueRef, data: dict[str, Any], strict: bool
+    gh: GitHubClient, issue: IssueRef, data: Issue, strict: bool
 ) -> tuple[Chain, Mapping[int, IssueFacts]]:
     """Return the chain the issue names, and what was read of each issue in it."""
-    body = data.get("body")
+    body = data.body
     if is_tracking_issue(body, issue.repo):
         listed = task_list(body, issue.repo)
         listed_facts = await _issue_facts(gh, issue, listed)
@@ -418,16 +366,16 @@ async def _issue_facts(
             if exc.status_code in (404, 410):
                 continue
             raise
-        if "pull_request" not in data:
+        if not data.is_pull_request:
             found[number] = _facts_of(data)
     return found
 
 
-def _facts_of(data: dict[str, Any]) -> IssueFacts:
+def _facts_of(data: Issue) -> IssueFacts:
     return IssueFacts(
-        number=int(data["number"]),
-        title=str(data["title"]),
-        body=data.get("body"),
-        open=data["state"] == "open",
-        author=(data.get("user") or {}).get("login"),
+        number=data.number,
+        title=data.title,
+        body=data.body,
+        open=data.state == "open",
+        author=data.user.login if data.user else None,
     )

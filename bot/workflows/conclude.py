@@ -8,29 +8,26 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from gidgethub import HTTPException
+from gidgethub import BadRequest
 
+from bot.domain import check_run, render
 from bot.domain import issue_text as snapshot
-from bot.domain import render
 from bot.domain.budget import Decision, decide, spend
+from bot.domain.check_run import CheckPhase, CheckRunRecord, CheckRunView
 from bot.domain.classify import RunFacts, classify
-from bot.domain.jobs import JobSpec, RunMode, run_issue_job
+from bot.domain.effects import Plan
 from bot.domain.model import IssueRef, Limits, Policy, Recovery, Run, RunState, utcnow
+from bot.domain.plans import recovery
 from bot.domain.render import CheckSummary
 from bot.domain.resume import Halt, ResumePlan, plan_resumes
-from bot.edges.api import label_names, post_comment, read_issue, upsert_comment
+from bot.edges.api import create_check_run, read_issue, update_check_run, upsert_comment
 from bot.edges.github import GitHubClient
 from bot.edges.store import Store
-from bot.ops.metrics import ESCALATIONS, HALTS, Tally
-from bot.ops.settings import Settings
-from bot.workflows.labels import set_state_label
 from bot.workflows.services import Services
 
 log = logging.getLogger(__name__)
-
-MAX_BACKOFF_S = 3600.0
 
 
 async def report(
@@ -85,6 +82,103 @@ async def report(
             render.status_key(run, next_step, pull_comment_url, notes),
         )
         store.set_status_comment(issue, comment)
+        await _show_check_run(services, gh, run, next_step, now)
+
+
+async def _show_check_run(
+    services: Services, gh: GitHubClient, run: Run, next_step: str | None, now: datetime
+) -> None:
+    """Show the run's phase on Baton's check run, once its end is decided.
+
+    An escalated run's is left to its escalation, which links the comment it posts.
+    """
+    withdrawn = services.store.withdrawn_since(run.issue, run.started_at)
+    phase = check_run.phase_of(run, withdrawn)
+    if phase is not None and phase is not CheckPhase.ESCALATED:
+        await _show_phase(services, gh, run, phase, next_step, now)
+
+
+async def show_escalation(
+    services: Services,
+    gh: GitHubClient,
+    issue: IssueRef,
+    attempt: int,
+    reason: str,
+    url: str | None,
+) -> None:
+    """Make Baton's check run show that the run escalated, linked to the escalation comment."""
+    async with services.store.comment_lock(issue):
+        run = services.store.run(issue, attempt)
+        if run is not None and check_run.phase_of(run) is CheckPhase.ESCALATED:
+            why = f"a maintainer decides: {reason}"
+            await _show_phase(services, gh, run, CheckPhase.ESCALATED, why, utcnow(), url)
+
+
+async def _show_phase(
+    services: Services,
+    gh: GitHubClient,
+    run: Run,
+    phase: CheckPhase,
+    next_step: str | None,
+    now: datetime,
+    escalation_url: str | None = None,
+) -> None:
+    """Show a phase on Baton's check run of the head the run's work stands on, if any.
+
+    A new head's push closes the check run of the head it replaced (superseded). Held
+    under the issue's comment mutex, like its status comments.
+    """
+    runs = [
+        stored if stored.attempt != run.attempt else run
+        for stored in services.store.runs(run.issue)
+    ]
+    head = check_run.head_of(runs, run)
+    if head is None:
+        return  # nothing pushed yet: the first push gets the first check run
+    max_runs = limits_of(services, run).max_runs
+    view = check_run.check_run_view(phase, run, runs, max_runs, now, next_step, escalation_url)
+    await _write_check_run(services, gh, run, head, view)
+    replaced = check_run.replaced_head(runs, run)
+    earlier = next((r for r in reversed(runs) if r.head_sha == replaced), None)
+    if replaced is None or earlier is None:
+        return
+    pushed = f"attempt {run.attempt} pushed `{head[:12]}`, whose own check run follows the work"
+    superseded = check_run.check_run_view(
+        CheckPhase.SUPERSEDED, earlier, runs, max_runs, now, pushed
+    )
+    await _write_check_run(services, gh, earlier, replaced, superseded)
+
+
+async def _write_check_run(
+    services: Services, gh: GitHubClient, run: Run, head: str, view: CheckRunView
+) -> None:
+    """Create or update Baton's check run on a head to show view, unless it shows it already.
+
+    The check run shows the work; it is not the work. A write GitHub refuses (an
+    installation that has not yet accepted `checks: write`, a head it does not have)
+    is logged, and the work goes on.
+    """
+    store, repo = services.store, run.issue.repo
+    record = store.check_run(repo, head)
+    how = check_run.write_for(record, view)
+    if how is None:
+        return
+    try:
+        if how == "update" and record is not None:
+            written = await update_check_run(gh, repo, record.id, view)
+        else:
+            written = await create_check_run(gh, repo, head, view, run.run_id)
+    except BadRequest as exc:
+        log.warning("%s: Baton's check run on %.12s was not written: %s", run.issue, head, exc)
+        return
+    record = CheckRunRecord(id=written.id, conclusion=view.conclusion, said=view.key)
+    store.record_check_run(repo, head, record)
+
+
+def own_app_id(services: Services) -> int | None:
+    """Return the App's id, which tells Baton's own check runs apart; None if it is no number."""
+    configured = services.settings.github_app_id or ""
+    return int(configured) if configured.isdigit() else None
 
 
 async def post_status(services: Services, gh: GitHubClient, issue: IssueRef, body: str) -> None:
@@ -131,35 +225,32 @@ _NEXT.update({state: "deciding what comes next" for state in ("failed", "no-chan
 _NEXT.update({state: "the agent's work" for state in ("claimed", "provisioning", "running")})
 
 
-async def conclude(
+async def conclusion(
     services: Services,
     gh: GitHubClient,
     run: Run,
     facts: RunFacts,
     checks: Sequence[CheckSummary] = (),
-) -> Run | None:
-    """Classify a run that ended without a green PR and perform its recovery, once.
+) -> tuple[Run, Plan] | None:
+    """Classify a run that ended without a green PR, once, and plan its recovery.
 
-    Returns the classified run, or None when it had been classified already
-    (a repeated job or webhook), in which case nothing is done again.
+    Returns the classified run and the plan that performs its recovery
+    (bot/workflows/execute.py performs it), or None when it had been classified
+    already (a repeated job or webhook), in which case nothing is to be done again.
     """
     done = _classified_once(services, run, facts)
     if done is None:
         return None
-    assert done.classification is not None
-    decision = decide(
-        done.classification, spend(services.store.runs(run.issue)), limits_of(services, done)
-    )
+    outcome = _outcome(services, done, tuple(checks))
     log.info(
         "%s: attempt %d is %s → %s (%s)",
         run.issue,
         run.attempt,
-        done.classification.failure_class.value,
-        decision.action.value,
-        decision.reason,
+        done.failure_class,
+        outcome.decision.action.value,
+        outcome.decision.reason,
     )
-    await _perform(services, gh, done, decision, checks)
-    return done
+    return done, await _recovery(services, gh, outcome)
 
 
 def _classified_once(services: Services, run: Run, facts: RunFacts) -> Run | None:
@@ -182,11 +273,11 @@ def _classified_once(services: Services, run: Run, facts: RunFacts) -> Run | Non
     return done
 
 
-async def hold_for_audit(services: Services, gh: GitHubClient, run: Run) -> Run | None:
-    """Keep a green PR its settlement audit flagged from review, and escalate it once.
+async def audit_hold(services: Services, gh: GitHubClient, run: Run) -> tuple[Run, Plan] | None:
+    """Keep a green PR its settlement audit flagged from review, and plan its escalation.
 
     The repository asked for it (`audit: hold`); the flags are the reason. Returns the
-    held run, or None when it had been held already.
+    held run and the plan that escalates it, or None when it had been held already.
     """
     reason = render.audit_reason(run.audit)
 
@@ -204,39 +295,45 @@ async def hold_for_audit(services: Services, gh: GitHubClient, run: Run) -> Run 
     if done is None:
         return None
     log.warning("%s: attempt %d held by its settlement audit: %s", run.issue, run.attempt, reason)
-    await escalate(services, gh, done, reason)
-    return done
+    # Escalated whatever its budgets: the repository holds flagged pull requests from review.
+    escalation = Decision(action=Recovery.ESCALATE, reason=reason)
+    outcome = _outcome(services, done).model_copy(update={"decision": escalation})
+    return done, await _recovery(services, gh, outcome)
 
 
-async def _perform(
-    services: Services,
-    gh: GitHubClient,
-    run: Run,
-    decision: Decision,
-    checks: Sequence[CheckSummary],
-) -> None:
-    issue, labels = run.issue, policy_of(services, run).labels
-    action = decision.action
-    if action in (Recovery.CONTINUE, Recovery.REQUEUE, Recovery.RETRY, Recovery.BACKOFF):
-        live = label_names(await read_issue(gh, issue))
-        if not live & labels.active:
-            # A human took Baton's labels off: the issue was withdrawn. Never put it back.
-            log.info("%s: withdrawn by a maintainer; not starting another attempt", issue)
-            await set_state_label(gh, services.store, services.dispatch, labels, issue, None, live)
-            await report(services, gh, run, "nothing: a maintainer withdrew the issue", checks)
-            return
-        await set_state_label(
-            gh, services.store, services.dispatch, labels, issue, labels.in_progress, live
-        )
-        next_step = _dispatch_next(services, run, action)
-        await report(services, gh, run, next_step, checks)
-    elif action is Recovery.NONE:
-        await set_state_label(gh, services.store, services.dispatch, labels, issue, None)
-        await report(services, gh, run, "nothing: the run was stopped", checks)
-    elif action is Recovery.HALT:
-        await _halt(services, gh, run)
-    else:
-        await escalate(services, gh, run, decision.reason, checks)
+def _outcome(
+    services: Services, run: Run, checks: tuple[CheckSummary, ...] = ()
+) -> recovery.Outcome:
+    """Return what the classified run's recovery is planned from, its budgets reckoned once."""
+    assert run.classification is not None
+    runs = tuple(services.store.runs(run.issue))
+    spent, limits = spend(runs), limits_of(services, run)
+    return recovery.Outcome(
+        run=run,
+        runs=runs,
+        decision=decide(run.classification, spent, limits),
+        spent=spent,
+        limits=limits,
+        policy=policy_of(services, run),
+        chain=services.store.chain_of(run.issue),
+        checks=checks,
+    )
+
+
+async def _recovery(services: Services, gh: GitHubClient, outcome: recovery.Outcome) -> Plan:
+    """Plan the recovery the outcome's decision names.
+
+    The issue's labels are read only for a recovery that hands it back to the agent:
+    one a maintainer withdrew meanwhile is not handed back.
+    """
+    issue = outcome.run.issue
+    if outcome.decision.action in recovery.HANDS_BACK:
+        live = frozenset((await read_issue(gh, issue)).label_names)
+        outcome = outcome.model_copy(update={"live": live})
+    planned = recovery.plan(services.settings, outcome, utcnow())
+    if planned.withdrawn:
+        log.info("%s: withdrawn by a maintainer; not starting another attempt", issue)
+    return planned.effects
 
 
 def limits_of(services: Services, run: Run) -> Limits:
@@ -251,13 +348,6 @@ def limits_of(services: Services, run: Run) -> Limits:
 def policy_of(services: Services, run: Run) -> Policy:
     """Return what applied to the run: as recorded when it was claimed, else the defaults."""
     return run.policy or services.settings.policy
-
-
-def resume_job(settings: Settings, issue: IssueRef, halted_attempt: int) -> JobSpec:
-    """Return the re-entry of an issue halted at an attempt (scheduling it twice is harmless)."""
-    return run_issue_job(
-        settings, issue, f"after-{halted_attempt}", RunMode.CONTINUE, halted_attempt
-    )
 
 
 def halted_plan(store: Store, now: datetime, only: Sequence[str] = ()) -> ResumePlan:
@@ -278,91 +368,5 @@ def halted_plan(store: Store, now: datetime, only: Sequence[str] = ()) -> Resume
 def resume(services: Services, halt: Halt) -> bool:
     """Enqueue a due halt's re-entry; False when it is already queued or running."""
     assert halt.run is not None
-    job = resume_job(services.settings, halt.issue, halt.run.attempt)
+    job = recovery.follow_up_job(services.settings, halt.issue, halt.run.attempt)
     return services.dispatch.enqueue_unless_pending(job)
-
-
-async def _halt(services: Services, gh: GitHubClient, run: Run) -> None:
-    """Wait out a usage window: no lock or worker held, the re-entry scheduled at its reset."""
-    settings, issue = services.settings, run.issue
-    resets_at = run.agent_result.resets_at if run.agent_result else None
-    assert resets_at is not None  # classify only names HALT for a window with a reset time
-    resume_at = resets_at + timedelta(seconds=settings.resume_buffer_seconds)
-    halted = services.store.update_run(
-        issue,
-        run.attempt,
-        lambda current: current.moved(RunState.HALTED, utcnow(), note="usage window").model_copy(
-            update={"resume_at": resume_at}
-        ),
-    )
-    assert halted is not None
-    services.store.add_metrics(Tally().count(HALTS))
-    reentry = spend(services.store.runs(issue)).reentries
-    policy = policy_of(services, run)
-    # The window is the account's: no other run that would spend it starts before it reopens.
-    services.store.close_window(policy.account, resume_at)
-    services.store.record_halt(issue, resume_at)
-    services.dispatch.enqueue_at(resume_job(settings, issue, run.attempt), resume_at)
-    await set_state_label(
-        gh, services.store, services.dispatch, policy.labels, issue, policy.labels.halted
-    )
-    await report(
-        services,
-        gh,
-        halted,
-        f"halted by a usage window: resumable at {render.instant(resume_at, utcnow())} "
-        f"(re-entry {reentry}/{policy.limits.max_reentries})",
-    )
-
-
-def _dispatch_next(services: Services, run: Run, action: Recovery) -> str:
-    settings, issue = services.settings, run.issue
-    limits = limits_of(services, run)
-    if action in (Recovery.CONTINUE, Recovery.REQUEUE):
-        job = run_issue_job(settings, issue, f"after-{run.attempt}", RunMode.CONTINUE, run.attempt)
-        services.dispatch.enqueue([job])
-        return f"a continuation on `{run.branch}` (attempt {run.attempt + 1} of {limits.max_runs})"
-    mode = RunMode.CONTINUE if run.continuation_of is not None else RunMode.RETRY
-    job = run_issue_job(settings, issue, f"after-{run.attempt}", mode, run.attempt)
-    if action is Recovery.RETRY:
-        services.dispatch.enqueue([job])
-        return "a new attempt from the base branch"
-    backoffs = spend(services.store.runs(issue)).backoffs_in_a_row
-    delay = min(settings.backoff_base_seconds * 2 ** max(backoffs - 1, 0), MAX_BACKOFF_S)
-    services.dispatch.enqueue_later(job, delay)
-    return f"trying again in {render.duration(timedelta(seconds=delay))}"
-
-
-async def escalate(
-    services: Services,
-    gh: GitHubClient,
-    run: Run,
-    reason: str,
-    checks: Sequence[CheckSummary] = (),
-) -> None:
-    """Hand the issue to a human: Baton's labels off, `escalated` on, one comment, once."""
-    store, issue = services.store, run.issue
-    store.update_run(
-        issue, run.attempt, lambda current: current.model_copy(update={"escalated": True})
-    )
-    labels = policy_of(services, run).labels
-    await set_state_label(gh, store, services.dispatch, labels, issue, labels.escalated)
-    await report(services, gh, run, f"a maintainer: {reason}", checks)
-    reason_key = run.failure_class or "escalated"
-    if not store.first_escalation(issue, reason_key, run.attempt):
-        log.info("%s: escalation for attempt %d was posted already", issue, run.attempt)
-        return
-    runs = store.runs(issue)
-    work = next((r for r in reversed(runs) if r.head_sha is not None), None)
-    mentions = list(policy_of(services, run).escalation_mentions)
-    body = render.escalation_comment(reason, spend(runs), limits_of(services, run), work, mentions)
-    try:
-        await post_comment(gh, issue, body)
-    except HTTPException:
-        store.forget_escalation(issue, reason_key, run.attempt)  # a retry posts it
-        raise
-    log.warning("%s: escalated after attempt %d: %s", issue, run.attempt, reason)
-    store.add_metrics(Tally().count(ESCALATIONS, reason_key))
-    chain = store.chain_of(issue)
-    if chain is not None:
-        services.dispatch.advance_chain(chain, f"escalated-{issue.number}-{run.attempt}")

@@ -10,10 +10,11 @@ import logging
 
 from bot.domain import issue_text as snapshot
 from bot.domain import render
+from bot.domain.effects import Effect, PostStatus, Report
 from bot.domain.issue_text import Edit, IssueText
 from bot.domain.model import IssueRef
 from bot.edges.github import GitHubClient, github_app
-from bot.workflows.conclude import post_status, report
+from bot.workflows.execute import execute
 from bot.workflows.services import Services
 from bot.workflows.standing import repository_settings, standing_of
 
@@ -81,8 +82,10 @@ async def _show(
     if recorded.queued is None:
         return
     run = services.store.latest_run(issue)
+    shown: Effect
     if run is not None and not (run.state.is_terminal and run.started_at < recorded.queued.at):
-        await report(services, gh, run)  # the run's status comment, with the edit's line
-        return
-    notes = snapshot.notes(recorded, queue_label)
-    await post_status(services, gh, issue, render.queued_comment(notes))
+        shown = Report(issue=issue, attempt=run.attempt)  # the run's, with the edit's line
+    else:
+        notes = snapshot.notes(recorded, queue_label)
+        shown = PostStatus(issue=issue, body=render.queued_comment(notes))
+    await execute(services, gh, (shown,))

@@ -1,7 +1,8 @@
 """What GitHub says about a pushed run: checks, reviews, merges, closes.
 
-Each settles the run it concerns through a pure transition, so a repeated or
-late event finds nothing to change and does nothing.
+Each reads the facts, asks the pure plan (bot/domain/plans/settlement.py) what they
+do to the run it concerns, moves the run atomically and performs the plan's effects,
+so a repeated or late event finds nothing to change and does nothing.
 """
 
 from __future__ import annotations
@@ -11,62 +12,72 @@ from datetime import datetime
 
 from gidgethub import HTTPException
 
-from bot.domain.audit import DiffFile, audit, unreadable
-from bot.domain.checks import (
-    Verdict,
-    checks_verdict,
-    failing_checks,
-    no_ci_due,
-    required_checks_verdict,
-)
-from bot.domain.classify import RunFacts
-from bot.domain.lifecycle import close_pull, request_changes, settle_checks
+from bot.domain.audit import audit, unreadable
+from bot.domain.checks import Verdict, head_verdict, needs_check_runs, reported_by_others
 from bot.domain.model import AuditFinding, IssueRef, Run, RunState, utcnow
-from bot.domain.render import CheckSummary
+from bot.domain.plans.settlement import (
+    Audit,
+    HeadFacts,
+    Settlement,
+    closing_settlement,
+    end_gone,
+    head_settlement,
+    read_head,
+    review_settlement,
+    waits_on,
+)
 from bot.domain.repo_config import InvalidRepoConfig, RepoConfig
 from bot.edges.api import (
-    HeadChecks,
+    list_check_runs,
+    list_pull_files,
     load_repo_config,
-    read_check_runs,
     read_head_checks,
     read_repository,
 )
 from bot.edges.github import GitHubClient, github_app
 from bot.ops.metrics import AUDIT_FLAGS, Tally
-from bot.workflows.chain import link_green, link_merged
-from bot.workflows.conclude import conclude, hold_for_audit, policy_of, report
-from bot.workflows.labels import set_state_label, take_state_labels_off
+from bot.workflows.chain import restack_chain
+from bot.workflows.conclude import own_app_id, policy_of
+from bot.workflows.execute import execute
+from bot.workflows.labels import recorded_labels, take_state_labels_off
 from bot.workflows.services import Services
 from bot.workflows.standing import repository_settings, standing_of
 
 log = logging.getLogger(__name__)
 
 
-async def _checks(
-    gh: GitHubClient, repo: str, sha: str, head: HeadChecks, required: tuple[str, ...]
-) -> tuple[Verdict, list[CheckSummary]]:
-    status = head.combined_status
-    if required:
-        runs = await read_check_runs(gh, repo, sha)
-        verdict = required_checks_verdict(runs, status, required)
-        passed = [CheckSummary(name=name, conclusion="success") for name in required]
-        if verdict is Verdict.RED:
-            return verdict, failing_checks(runs, status, required)
-        return verdict, passed
-    verdict = checks_verdict(head.suites, status)
-    if verdict is not Verdict.RED:
-        return verdict, [
-            CheckSummary(name=str(suite["app"]["name"]), conclusion=str(suite["conclusion"]))
-            for suite in head.suites
-            if suite.get("status") == "completed" and suite.get("app")
-        ]
-    return verdict, failing_checks(await read_check_runs(gh, repo, sha), status)
+async def _head_facts(
+    gh: GitHubClient,
+    installation_id: int,
+    repo: str,
+    sha: str,
+    required: tuple[str, ...],
+    own_app: int | None,
+) -> HeadFacts:
+    """Return what the head's CI has said by now, every page of it.
 
-
-def _pushed_at(run: Run) -> datetime:
-    """Return when the run's head was pushed (its latest move to waiting for checks)."""
-    pushes = [change.at for change in run.history if change.state is RunState.PUSHED_PENDING]
-    return pushes[-1] if pushes else run.started_at
+    Baton's own check run, and its suite, are not CI: own_app is the App's id.
+    """
+    head = await read_head_checks(gh, repo, sha, own_app)
+    suites = [suite.model_dump() for suite in head.suites]
+    status = head.combined_status.model_dump()
+    runs = (
+        reported_by_others(
+            [run.model_dump() for run in await list_check_runs(gh, repo, sha)], own_app
+        )
+        if needs_check_runs(suites, status, required)
+        else []
+    )
+    verdict, checks = head_verdict(suites, status, runs, required)
+    return HeadFacts(
+        installation_id=installation_id,
+        repo=repo,
+        sha=sha,
+        verdict=verdict,
+        checks=checks,
+        silent=head.silent,
+        now=utcnow(),
+    )
 
 
 async def settle_head(
@@ -80,60 +91,54 @@ async def settle_head(
     and where the repository's file says `audit: hold`, they keep it from review.
     """
     found = services.store.run_for_head(repo, head_sha)
-    if found is None:
-        return None
-    issue, attempt = found
-    run = services.store.run(issue, attempt)
-    if run is None or run.state is not RunState.PUSHED_PENDING or run.head_sha != head_sha:
+    run = services.store.run(*found) if found is not None else None
+    if run is None or not waits_on(run, head_sha):
         return None  # an older head, or a run that moved on: nothing to settle
     async with github_app(services.settings, services.store) as app:
         gh = await app.for_installation(installation_id)
         policy = policy_of(services, run)
-        head = await read_head_checks(gh, repo, head_sha)
-        verdict, checks = await _checks(gh, repo, head_sha, head, policy.required_checks)
-        next_step = None
-        if verdict is Verdict.PENDING and head.silent and not policy.required_checks:
-            due = no_ci_due(_pushed_at(run), utcnow(), policy.no_checks_after_s)
-            if due is not None:
-                services.dispatch.settle_head_at(installation_id, repo, head_sha, due)
-                return None
-            verdict, next_step = Verdict.GREEN, _no_ci_reported(policy.no_checks_after_s)
-        config, findings = RepoConfig(), []
-        if verdict is Verdict.GREEN:
-            config = await _repo_config(services, gh, repo)
-            findings = await _audit(services, gh, run, config)
-
-        def settle(current: Run) -> Run | None:
-            moved = settle_checks(current, head_sha, verdict, utcnow())
-            return moved.model_copy(update={"audit": findings}) if moved and findings else moved
-
-        settled = services.store.update_run(issue, attempt, settle)
+        own_app = own_app_id(services)
+        required = policy.required_checks
+        head = await _head_facts(gh, installation_id, repo, head_sha, required, own_app)
+        verdict = read_head(run, head, policy).verdict
+        audited = await _audited(services, gh, run) if verdict is Verdict.GREEN else Audit()
+        plan = head_settlement(run, head, policy, audited)
+        if plan.run is None:
+            await execute(services, gh, plan.effects)  # pending: a silent head's later look
+            return None
+        settled = services.store.update_run(
+            run.issue,
+            run.attempt,
+            lambda current: head_settlement(current, head, policy, audited).run,
+        )
         if settled is None:
             return None  # still pending, settled by someone else, or a newer head took over
-        log.info("%s: attempt %d settled %s at %s", issue, attempt, verdict.value, head_sha[:12])
-        if services.store.paused_since(repo) is not None:
-            services.store.count_paused_settlement(repo)
-        if verdict is Verdict.GREEN:
-            if findings:
-                tally = Tally()
-                for finding in findings:
-                    tally.count(AUDIT_FLAGS, finding.kind.value)
-                services.store.add_metrics(tally)
-                log.warning("%s: the settlement audit flagged %d things", issue, len(findings))
-            if findings and config.audit == "hold":
-                await hold_for_audit(services, gh, settled)
-                return settled
-            labels = policy_of(services, settled).labels
-            await set_state_label(
-                gh, services.store, services.dispatch, labels, issue, labels.review
-            )
-            await report(services, gh, settled, next_step, checks=checks)
-            await link_green(services, app, settled)  # what is stacked on it follows
-            return settled
-        names = ", ".join(check.name for check in checks) or "a check"
-        facts = RunFacts(ending="checks-failed", detail=f"failing: {names}")
-        await conclude(services, gh, settled, facts, checks)
+        _record_settlement(services, settled, verdict, audited)
+        await execute(services, gh, plan.effects)
+        if plan.restack is not None:
+            await restack_chain(services, app, settled, plan.restack)  # what is stacked follows
         return settled
+
+
+def _record_settlement(services: Services, run: Run, verdict: Verdict, audited: Audit) -> None:
+    """Log a settlement; count it if the repository is paused, and what its audit flagged."""
+    log.info(
+        "%s: attempt %d settled %s at %.12s", run.issue, run.attempt, verdict.value, run.head_sha
+    )
+    if services.store.paused_since(run.issue.repo) is not None:
+        services.store.count_paused_settlement(run.issue.repo)
+    if audited.findings:
+        tally = Tally()
+        for finding in audited.findings:
+            tally.count(AUDIT_FLAGS, finding.kind.value)
+        services.store.add_metrics(tally)
+        log.warning("%s: the settlement audit flagged %d things", run.issue, len(audited.findings))
+
+
+async def _audited(services: Services, gh: GitHubClient, run: Run) -> Audit:
+    """Return the settlement audit of a green head: its flags, and whether they hold it."""
+    config = await _repo_config(services, gh, run.issue.repo)
+    return Audit(findings=tuple(await _audit(services, gh, run, config)), mode=config.audit)
 
 
 async def _repo_config(services: Services, gh: GitHubClient, repo: str) -> RepoConfig:
@@ -143,7 +148,7 @@ async def _repo_config(services: Services, gh: GitHubClient, repo: str) -> RepoC
     """
     data = await read_repository(gh, services.store, repo)
     try:
-        file = await load_repo_config(gh, services.store, repo, data["default_branch"])
+        file = await load_repo_config(gh, services.store, repo, data.default_branch)
     except InvalidRepoConfig:
         return RepoConfig()
     return file.config
@@ -159,13 +164,7 @@ async def _audit(
     if run.pr_number is None:
         return [unreadable("the run has no pull request whose diff could be read")]
     try:
-        files = [
-            DiffFile.from_api(entry)
-            async for entry in gh.getiter(
-                "/repos/{+repo}/pulls/{number}/files",
-                {"repo": run.issue.repo, "number": run.pr_number},
-            )
-        ]
+        files = await list_pull_files(gh, run.issue.repo, run.pr_number)
     except HTTPException as exc:
         return [unreadable(f"GitHub answered {exc.status_code} to the pull request's files")]
     return audit(files, _issue_text(services, run), scope=config.audit_scope)
@@ -184,13 +183,6 @@ def _issue_text(services: Services, run: Run) -> str:
         if text
     ]
     return "\n".join([recorded.queued.title, recorded.queued.body, *taken])
-
-
-def _no_ci_reported(wait_s: float) -> str:
-    return (
-        f"No CI reported on this head within {wait_s:g} s of its push, and no checks are "
-        "required: it counts as green and awaits a maintainer's review."
-    )
 
 
 async def settle_review(
@@ -213,11 +205,12 @@ async def settle_review(
         return None
     issue, attempt = found
 
-    def changes(current: Run) -> Run | None:
-        return request_changes(current, review_id, author, submitted_at, utcnow())
+    def settlement(current: Run) -> Settlement:
+        return review_settlement(current, review_id, author, submitted_at, utcnow())
 
     run = store.run(issue, attempt)
-    if run is None or changes(run) is None:
+    plan = settlement(run) if run is not None else Settlement()
+    if plan.run is None:
         log.info("%s: review %d changes nothing for attempt %d", issue, review_id, attempt)
         return None
     async with github_app(services.settings, store) as app:
@@ -230,11 +223,10 @@ async def settle_review(
         if not store.first_review(repo, review_id):
             log.info("%s: review %d acted already", issue, review_id)
             return None
-        changed = store.update_run(issue, attempt, changes)
+        changed = store.update_run(issue, attempt, lambda current: settlement(current).run)
         if changed is None:
             return None  # the run moved on meanwhile
-        facts = RunFacts(ending="changes-requested", detail=f"review {review_id} by @{author}")
-        await conclude(services, gh, changed, facts)
+        await execute(services, gh, plan.effects)
     return changed
 
 
@@ -242,26 +234,31 @@ async def settle_pull_closed(
     services: Services, installation_id: int, repo: str, pull: int, merged: bool
 ) -> Run | None:
     """End the run of a merged or closed pull request: labels off, worktree gone, no requeue."""
-    found = services.store.run_for_pull(repo, pull)
+    store = services.store
+    found = store.run_for_pull(repo, pull)
     if found is None:
         return None
     issue, attempt = found
-    closed = services.store.update_run(
-        issue, attempt, lambda current: close_pull(current, merged, utcnow())
-    )
+    labels, chain = recorded_labels(store, services.settings, issue), store.chain_of(issue)
+
+    def settlement(current: Run) -> Settlement:
+        return closing_settlement(current, pull, merged, labels, chain, utcnow())
+
+    run = store.run(issue, attempt)
+    plan = settlement(run) if run is not None else Settlement()
+    if plan.run is None:
+        return None
+    closed = store.update_run(issue, attempt, lambda current: settlement(current).run)
     if closed is None:
         return None
-    services.store.request_stop(issue)  # a continuation under way has nothing left to do
+    store.request_stop(issue)  # a continuation under way has nothing left to do
     if merged:
         await services.workspace.remove(repo, issue.number)
-    async with github_app(services.settings, services.store) as app:
+    async with github_app(services.settings, store) as app:
         gh = await app.for_installation(installation_id)
-        await take_state_labels_off(gh, services, issue)
-        await report(services, gh, closed)
-        if merged:
-            await link_merged(services, app, closed)
-        elif (chain := services.store.chain_of(issue)) is not None:
-            services.dispatch.advance_chain(chain, f"closed-{pull}")  # it holds its successors
+        await execute(services, gh, plan.effects)
+        if plan.restack is not None:
+            await restack_chain(services, app, closed, plan.restack)
     log.info(
         "%s: PR #%d %s; attempt %d ends %s",
         issue,
@@ -276,9 +273,9 @@ async def settle_pull_closed(
 async def settle_issue_closed(services: Services, issue: IssueRef) -> None:
     """Stop the work on an issue a human closed; its branch and PR are kept.
 
-    Its text as queued is forgotten: reopened, it is queued again before it runs.
+    Its text as queued is kept: reopened, a retry works from it, not from the issue as
+    it stands (queueing it again records the text anew).
     """
-    services.store.forget_queued_text(issue)
     run = services.store.latest_run(issue)
     if run is None or run.state in (RunState.MERGED, RunState.CLOSED):
         return  # never run, or closed by its own merge
@@ -324,20 +321,12 @@ async def settle_label_taken_off(
 def end_gone_issue(services: Services, issue: IssueRef, why: str) -> None:
     """End Baton's work on an issue GitHub no longer has here: its run closes, its state goes."""
     reason = f"the issue {why}"
-
-    def close(current: Run) -> Run | None:
-        if current.state.is_terminal:
-            return None
-        return current.moved(RunState.CLOSED, utcnow(), note="gone").model_copy(
-            update={"reason": reason}
-        )
-
     store = services.store
     run = store.latest_run(issue)
     if run is not None:
         if run.state.is_live:
             store.request_stop(issue)  # its worker stops the agent
-        store.update_run(issue, run.attempt, close)
+        store.update_run(issue, run.attempt, lambda current: end_gone(current, reason, utcnow()))
     store.forget_issue(issue)
     store.record_withdrawal(issue, utcnow())  # a start queued before now reads it first
     log.warning("%s: %s; Baton's work on it ends", issue, reason)

@@ -11,14 +11,20 @@ it steers only when its login is in `BATON_TRUSTED_BOTS`.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from gidgethub import BadRequest, HTTPException
 
 from bot.domain.commands import ROLES, Standing, is_bot, judge, queue_refusal_comment
 from bot.domain.model import IssueRef
 from bot.domain.repo_config import InvalidRepoConfig, apply_repo_config
-from bot.edges.api import load_repo_config, post_comment, read_repository, swap_labels
+from bot.edges.api import (
+    list_issue_events,
+    load_repo_config,
+    post_comment,
+    read_collaborator_permission,
+    read_repository,
+    swap_labels,
+)
 from bot.edges.github import GitHubClient
 from bot.edges.store import Store
 from bot.ops.settings import Settings
@@ -40,18 +46,15 @@ async def role_of(gh: GitHubClient, store: Store, repo: str, login: str) -> str:
     cached = store.cached_role(repo, login)
     if cached is not None:
         return cached
-    url_vars = {"repo": repo, "login": login}
     try:
-        found: dict[str, Any] = await gh.getitem(
-            "/repos/{+repo}/collaborators/{login}/permission", url_vars
-        )
+        found = await read_collaborator_permission(gh, repo, login)
     except BadRequest as exc:
         if exc.status_code != 404:
             raise
         role = "none"
     else:
-        named = str(found.get("role_name") or "")
-        role = named if named in ROLES else str(found.get("permission") or "none")
+        named = found.role_name or ""
+        role = named if named in ROLES else found.permission or "none"
     store.cache_role(repo, login, role)
     return role
 
@@ -84,7 +87,7 @@ async def repository_settings(
     """
     data = await read_repository(gh, store, repo)
     try:
-        file = await load_repo_config(gh, store, repo, data["default_branch"])
+        file = await load_repo_config(gh, store, repo, data.default_branch)
     except InvalidRepoConfig:
         return settings
     return apply_repo_config(settings, file.config)
@@ -93,13 +96,11 @@ async def repository_settings(
 async def labeller(gh: GitHubClient, issue: IssueRef, label: str) -> tuple[str, str | None] | None:
     """Return who last put label on the issue (login and account type), from its events."""
     found = None
-    async for event in gh.getiter(
-        "/repos/{+repo}/issues/{number}/events", {"repo": issue.repo, "number": issue.number}
-    ):
-        named = str((event.get("label") or {}).get("name") or "")
-        actor = event.get("actor")
-        if event.get("event") == "labeled" and named.casefold() == label.casefold() and actor:
-            found = (str(actor["login"]), actor.get("type"))
+    for event in await list_issue_events(gh, issue):
+        named = event.label.name if event.label else ""
+        actor = event.actor
+        if event.event == "labeled" and named.casefold() == label.casefold() and actor:
+            found = (actor.login, actor.type)
     return found
 
 
@@ -114,10 +115,22 @@ async def queuer_standing(
     found: tuple[str, str | None] | None = (queued_by, None) if queued_by else None
     if found is None:
         found = await labeller(gh, issue, settings.labels.queue)
+    if found is not None and found[0] == (settings.bot_login or store.bot_login()):
+        found = _asked_baton(store, issue)
     if found is None:
         return judge(GHOST, False, None, settings.steer_min_role, settings.trusted_bots)
     login, kind = found
     return await standing_of(gh, store, settings, issue.repo, login, kind)
+
+
+def _asked_baton(store: Store, issue: IssueRef) -> tuple[str, str | None] | None:
+    """Return who had Baton put the queue label on (`/baton start`): its queueing names them.
+
+    The latest queueing recorded for the issue: one a pause holds, or the one queued.
+    """
+    text = store.queued_text(issue)
+    named = None if text is None else text.held or text.queued
+    return (named.by, None) if named is not None and named.by else None
 
 
 async def refuse_queue_label(

@@ -24,6 +24,10 @@ installation suspended or removed ends Baton's work on what it concerns (logged
 once) and the pass goes on with the rest, saying how many it skipped and why. The
 sweep's reads are conditional, so an idle repository costs no rate limit, and an
 installation whose hourly budget runs low is left to its runs until it refills.
+
+What the sweep does about each item is decided in bot/domain/plans/sweep.py: this
+module reads what a decision asks for, hands its effects to the executor and its
+settlement to the workflow that settles it, and counts the item in its report.
 """
 
 from __future__ import annotations
@@ -37,23 +41,46 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 import aiohttp
 from gidgethub import HTTPException, RateLimitExceeded
 
-from bot.domain.chains import names_a_chain
 from bot.domain.classify import RunFacts
-from bot.domain.gone import disappearance, moved_elsewhere
-from bot.domain.issue_text import snapshot
-from bot.domain.jobs import queue_chain_job, run_issue_job
 from bot.domain.model import IssueRef, Run, RunState, utcnow
-from bot.domain.pacing import sweep_may_spend
+from bot.domain.plans import sweep as plans
+from bot.domain.plans.sweep import (
+    ConcludeOrphan,
+    EndIssue,
+    Failure,
+    InFlight,
+    IssueSeen,
+    Outcome,
+    Queued,
+    RateLimited,
+    Read,
+    Refusal,
+    SettleIssueClosed,
+    Settlement,
+    SettlePull,
+    SettleReview,
+    Step,
+    Unreachable,
+)
 from bot.domain.repo_config import CONFIG_PATH, InvalidRepoConfig
-from bot.edges.api import label_names, load_repo_config, read_issue, read_pull
+from bot.domain.resources import Repository
+from bot.edges.api import (
+    list_installation_repositories,
+    list_installations,
+    list_open_issues,
+    list_reviews,
+    load_repo_config,
+    read_issue,
+    read_pull,
+)
 from bot.edges.github import GitHubApp, GitHubClient, github_app
-from bot.workflows.conclude import conclude, halted_plan, resume
-from bot.workflows.labels import recorded_labels, sync_labels
+from bot.workflows.conclude import halted_plan, resume
+from bot.workflows.execute import conclude, execute
+from bot.workflows.labels import recorded_labels
 from bot.workflows.services import Services
 from bot.workflows.settle import (
     end_gone_issue,
@@ -65,7 +92,6 @@ from bot.workflows.settle import (
 log = logging.getLogger(__name__)
 
 LEASE_MS = 10 * 60 * 1000  # far above a pass; a sweeper that died frees it by then
-SWEEP_KEY = "sweep"
 WAIT_GRACE = timedelta(minutes=2)
 
 
@@ -73,21 +99,19 @@ WAIT_GRACE = timedelta(minutes=2)
 class SweepReport:
     """What one pass found and did, and what it had to leave."""
 
-    orphaned: list[str] = field(default_factory=list)
-    settled: list[str] = field(default_factory=list)
-    resumed: list[str] = field(default_factory=list)
-    picked_up: list[str] = field(default_factory=list)
-    relabelled: list[str] = field(default_factory=list)
-    ended: list[str] = field(default_factory=list)
-    paused: list[str] = field(default_factory=list)
+    found: dict[Outcome, list[str]] = field(default_factory=dict)  # outcome -> which items
     skipped: Counter[str] = field(default_factory=Counter)  # why -> how many
+
+    def record(self, outcome: Outcome, what: str) -> None:
+        """Count an item under an outcome."""
+        self.found.setdefault(outcome, []).append(what)
 
     def summary(self) -> str:
         """Return one line for the log."""
         parts = [
-            f"{name} {', '.join(items)}"
-            for name, items in vars(self).items()
-            if items and isinstance(items, list)
+            f"{outcome} {', '.join(self.found[outcome])}"
+            for outcome in Outcome
+            if self.found.get(outcome)
         ]
         if self.skipped:
             why = ", ".join(f"{n} {reason}" for reason, n in sorted(self.skipped.items()))
@@ -111,7 +135,7 @@ async def sweep(services: Services, now: datetime | None = None) -> SweepReport 
             now = now or utcnow()
             for halt in halted_plan(store, now).due:
                 if resume(services, halt):
-                    report.resumed.append(str(halt.issue))
+                    report.record(Outcome.RESUMED, str(halt.issue))
             async with _isolated(services, report, "the App's installations"):
                 await _queued_but_idle(services, app, report, now)
         store.mark("sweep", utcnow())
@@ -129,22 +153,32 @@ async def _isolated(
     try:
         yield
     except RateLimitExceeded as exc:
-        _skip(
-            services,
-            report,
-            what,
-            f"the rate limit is spent until {exc.rate_limit.reset_datetime:%H:%M} UTC",
-        )
+        _failed(services, report, what, RateLimited(reset_at=exc.rate_limit.reset_datetime), issue)
     except HTTPException as exc:
-        gone = disappearance(int(exc.status_code), str(exc))
-        if gone is not None and issue is not None and gone.of_issue:
-            end_gone_issue(services, issue, gone.why)
-            report.ended.append(str(issue))
-            return
-        why = gone.why if gone is not None else f"GitHub answered {exc.status_code}"
-        _skip(services, report, what, why)
+        refusal = Refusal(status=int(exc.status_code), message=str(exc))
+        _failed(services, report, what, refusal, issue)
     except (aiohttp.ClientError, TimeoutError) as exc:
-        _skip(services, report, what, f"GitHub could not be reached ({type(exc).__name__})")
+        _failed(services, report, what, Unreachable(error=type(exc).__name__), issue)
+
+
+def _failed(
+    services: Services, report: SweepReport, what: str, failure: Failure, issue: IssueRef | None
+) -> None:
+    """Count an item GitHub did not answer for; end the work on an issue that is gone."""
+    step = plans.failed(failure, issue)
+    if isinstance(step.settlement, EndIssue):
+        end_gone_issue(services, step.settlement.issue, step.settlement.why)
+    _record(services, report, what, step)
+
+
+def _record(services: Services, report: SweepReport, what: str, step: Step) -> None:
+    """Log and count an item as a step of the sweep's decision says."""
+    if step.note is not None:
+        log.info("sweep: %s", step.note)
+    if step.outcome is not None:
+        report.record(step.outcome, what)
+    if step.skipped is not None:
+        _skip(services, report, what, step.skipped)
 
 
 def _skip(services: Services, report: SweepReport, what: str, why: str) -> None:
@@ -155,92 +189,75 @@ def _skip(services: Services, report: SweepReport, what: str, why: str) -> None:
         log.debug("sweep: skipped %s again: %s", what, why)
 
 
+async def _take(
+    services: Services, gh: GitHubClient, report: SweepReport, what: str, step: Step
+) -> None:
+    """Do what a step says, and count the item; a settlement that changed nothing is not."""
+    await execute(services, gh, step.effects)
+    if step.settlement is not None and not await _settle(services, gh, step.settlement):
+        if step.otherwise is not None:
+            await _take(services, gh, report, what, step.otherwise)
+        return
+    _record(services, report, what, step)
+
+
+async def _settle(services: Services, gh: GitHubClient, settlement: Settlement) -> bool:
+    """Settle what a lost event would have set off; False when that found nothing to change."""
+    match settlement:
+        case ConcludeOrphan(run=run):
+            return await conclude_orphan(services, gh, run)
+        case SettlePull(issue=issue, pull=pull, merged=merged):
+            await settle_pull_closed(services, issue.installation_id, issue.repo, pull, merged)
+        case SettleReview(issue=issue, pull=pull):
+            changed = await settle_review(
+                services,
+                issue.installation_id,
+                issue.repo,
+                pull,
+                settlement.review_id,
+                settlement.author,
+                settlement.submitted_at,
+            )
+            return changed is not None
+        case SettleIssueClosed(issue=issue):
+            await settle_issue_closed(services, issue)
+        case EndIssue(issue=issue, why=why):
+            end_gone_issue(services, issue, why)
+    return True
+
+
 async def _in_flight(
     services: Services, app: GitHubApp, issue: IssueRef, report: SweepReport
 ) -> None:
-    store, dispatch = services.store, services.dispatch
+    """Decide about an issue Baton has a run for, reading of it what the decision asks."""
+    store = services.store
     run = store.latest_run(issue)
     if run is None:
         return
     gh = await app.for_installation(issue.installation_id)
-    if run.state.is_live and store.lock_holder(issue) is None:
-        if await conclude_orphan(services, gh, run):
-            report.orphaned.append(str(issue))
-        return
-    if run.state is RunState.PUSHED_PENDING and run.head_sha is not None:
-        dispatch.settle_head(issue.installation_id, issue.repo, run.head_sha)
-        report.settled.append(str(issue))
-    data = await read_issue(gh, issue)
-    if (where := moved_elsewhere(issue, data)) is not None:
-        end_gone_issue(services, issue, f"moved to {where}")
-        report.ended.append(str(issue))
-        return
-    # A merge closes its issue too: what happened to the PR is asked first.
-    if run.state is RunState.PUSHED_GREEN and await _missed_on_pull(services, gh, run):
-        report.settled.append(str(issue))
-        return
-    if data.get("state") == "closed":
-        await settle_issue_closed(services, issue)  # its closing webhook was lost
-        report.settled.append(str(issue))
-        return
-    if await _relabel(services, gh, issue, label_names(data)):
-        report.relabelled.append(str(issue))
+    item = InFlight(run=run, locked=store.lock_holder(issue) is not None)
+    while True:
+        step = plans.in_flight(item)
+        await _take(services, gh, report, str(issue), step)
+        if step.read is None:
+            return
+        item = await _read(services, gh, item, step.read)
 
 
-async def _missed_on_pull(services: Services, gh: GitHubClient, run: Run) -> bool:
-    """Settle what a green PR's lost webhooks said: merged, closed, or changes requested."""
-    issue = run.issue
-    if run.pr_number is None:
-        return False
-    pull = await read_pull(gh, issue.repo, run.pr_number)
-    if pull.get("state") == "closed":
-        merged = bool(pull.get("merged"))
-        await settle_pull_closed(services, issue.installation_id, issue.repo, run.pr_number, merged)
-        return True
-    reviews = [
-        review
-        async for review in gh.getiter(
-            "/repos/{+repo}/pulls/{number}/reviews",
-            {"repo": issue.repo, "number": run.pr_number},
+async def _read(services: Services, gh: GitHubClient, item: InFlight, what: Read) -> InFlight:
+    """Return the issue in flight with what the decision asked for read."""
+    issue, pull = item.run.issue, item.run.pr_number
+    if what is Read.ISSUE:
+        seen = IssueSeen(
+            issue=await read_issue(gh, issue),
+            labels=recorded_labels(services.store, services.settings, issue),
+            desired=services.store.desired_label(issue),
         )
-        if review.get("state") == "CHANGES_REQUESTED" and review.get("commit_id") == run.head_sha
-    ]
-    if not reviews:
-        return False
-    latest = reviews[-1]
-    changed = await settle_review(
-        services,
-        issue.installation_id,
-        issue.repo,
-        run.pr_number,
-        int(latest["id"]),
-        str((latest.get("user") or {}).get("login", "")),
-        _when(latest.get("submitted_at")),
-    )
-    return changed is not None
-
-
-def _when(value: object) -> datetime | None:
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
-    except ValueError:
-        return None
-
-
-async def _relabel(services: Services, gh: GitHubClient, issue: IssueRef, live: set[str]) -> bool:
-    """Correct Baton's labels on an issue whose labels drifted from its recorded state.
-
-    An issue that carries none of Baton's labels was withdrawn by a maintainer:
-    it is left as it is, never labelled back into the queue.
-    """
-    store = services.store
-    labels = recorded_labels(store, services.settings, issue)
-    ours = live & labels.states
-    desired = store.desired_label(issue)
-    if not ours or ours == ({desired} if desired else set()):
-        return False
-    await sync_labels(gh, store, labels, issue, live)
-    return True
+        return item.model_copy(update={"seen": seen})
+    assert pull is not None  # asked for only where the run has a pull request
+    if what is Read.PULL:
+        return item.model_copy(update={"pull": await read_pull(gh, issue.repo, pull)})
+    return item.model_copy(update={"reviews": tuple(await list_reviews(gh, issue.repo, pull))})
 
 
 async def conclude_orphan(services: Services, gh: GitHubClient, run: Run) -> bool:
@@ -283,73 +300,59 @@ async def _queued_but_idle(
         return
     waiting = {issue for issue, until in store.waits() if until > now - WAIT_GRACE}
     waiting |= services.dispatch.pending_runs()
-    async for installation in app.app_client().getiter("/app/installations"):
-        installation_id = int(installation["id"])
-        what = f"installation {installation_id}"
-        if installation.get("suspended_at"):
-            _skip(services, report, what, "the installation is suspended")
-            continue
-        if not sweep_may_spend(store.rate_limit(app.identity, installation_id), time.time()):
-            report.paused.append(what)  # its runs have the rest of the hour's budget
+    async for installation in list_installations(app.app_client()):
+        what = f"installation {installation.id}"
+        budget = store.rate_limit(app.identity, installation.id)
+        step = plans.installation(installation, budget, time.time())
+        if step is not None:
+            _record(services, report, what, step)
             continue
         async with _isolated(services, report, what):
-            gh = await app.for_installation(installation_id)
-            repos = [
-                repo
-                async for repo in gh.getiter(
-                    "/installation/repositories", iterable_key="repositories"
-                )
-            ]
-        for repo in repos:
-            async with _isolated(services, report, str(repo.get("full_name"))):
-                await _idle_in_repo(services, gh, installation_id, repo, waiting, report)
+            await _idle_in_installation(services, app, installation.id, waiting, report)
+
+
+async def _idle_in_installation(
+    services: Services,
+    app: GitHubApp,
+    installation_id: int,
+    waiting: set[IssueRef],
+    report: SweepReport,
+) -> None:
+    gh = await app.for_installation(installation_id)
+    for repo in await list_installation_repositories(gh):
+        async with _isolated(services, report, repo.full_name):
+            await _idle_in_repo(services, gh, installation_id, repo, waiting, report)
 
 
 async def _idle_in_repo(
     services: Services,
     gh: GitHubClient,
     installation_id: int,
-    repo: dict[str, Any],
+    repo: Repository,
     waiting: set[IssueRef],
     report: SweepReport,
 ) -> None:
-    settings = services.settings
+    store = services.store
     queue_label = await _queue_label(gh, services, repo)
-    url_vars = {"repo": repo["full_name"], "label": queue_label}
-    async for data in gh.getiter("/repos/{+repo}/issues?state=open&labels={label}", url_vars):
-        if "pull_request" in data:
-            continue
-        issue = IssueRef(
-            installation_id=installation_id, repo=str(repo["full_name"]), number=int(data["number"])
+    async for found in list_open_issues(gh, repo.full_name, queue_label):
+        issue = IssueRef(installation_id=installation_id, repo=repo.full_name, number=found.number)
+        item = Queued(
+            issue=issue,
+            found=found,
+            label=queue_label,
+            waiting=issue in waiting,
+            locked=store.lock_holder(issue) is not None,
+            run=store.latest_run(issue),
+            at=utcnow(),
         )
-        if issue in waiting or not _idle(services, issue):
-            continue
-        # Who put the label on is found and judged by the job, from its events.
-        queued_by = None
-        body = data.get("body")
-        # Its label event was lost with the text it carried: what is read now
-        # stands for the issue as queued.
-        text = snapshot(str(data["title"]), body, utcnow(), queued_by, "sweep")
-        job = (
-            queue_chain_job(issue, SWEEP_KEY, queued_by, text)
-            if names_a_chain(body, issue.repo)
-            else run_issue_job(settings, issue, SWEEP_KEY, queued_by=queued_by, text=text)
-        )
-        services.dispatch.enqueue([job])
-        log.info(
-            "sweep: %s carries %s with nothing working on it: picked up, with its "
-            "text as read now (the lost label event carried it as queued)",
-            issue,
-            queue_label,
-        )
-        report.picked_up.append(str(issue))
+        await _take(services, gh, report, str(issue), plans.queued(services.settings, item))
 
 
-async def _queue_label(gh: GitHubClient, services: Services, repo: dict[str, Any]) -> str:
+async def _queue_label(gh: GitHubClient, services: Services, repo: Repository) -> str:
     """Return the label that queues the repository's issues: its own, or the deployment's."""
-    name = str(repo["full_name"])
+    name = repo.full_name
     try:
-        file = await load_repo_config(gh, services.store, name, str(repo["default_branch"]))
+        file = await load_repo_config(gh, services.store, name, repo.default_branch)
     except InvalidRepoConfig:
         # A run started by the deployment's label explains what is wrong with the file.
         return services.settings.queue_label
@@ -358,12 +361,3 @@ async def _queue_label(gh: GitHubClient, services: Services, repo: dict[str, Any
         log.warning("sweep: %s's %s not read (%s)", name, CONFIG_PATH, exc)
         return services.store.queue_labels().get(name, services.settings.queue_label)
     return file.config.labels.queue or services.settings.queue_label
-
-
-def _idle(services: Services, issue: IssueRef) -> bool:
-    """Return whether nothing holds or runs this queued issue."""
-    store = services.store
-    if store.lock_holder(issue) is not None:
-        return False
-    run = store.latest_run(issue)
-    return run is None or not (run.state.is_live or run.state is RunState.PUSHED_PENDING)

@@ -11,6 +11,7 @@ says in its issue what the agent does:
     agent: exit CODE           stop with that exit code
     agent: window SECONDS      report a provider usage window that resets in SECONDS, and stop
     agent: fail-costing USD    report a failed run that cost USD, and stop
+    agent: costs USD TURNS     report a completed run that cost USD over TURNS turns, and go on
     agent: merge REF           merge REF into the branch, leaving any conflict to resolve
     agent: say TEXT            print TEXT (\\n for newlines): its last lines are the report
 
@@ -81,6 +82,16 @@ def main() -> int:
             Path(os.environ["BATON_RESULT"]).write_text(json.dumps(report))
             print("You've hit your usage limit", file=sys.stderr)
             return 1
+        elif verb == "costs":
+            cost, _, turns = rest.partition(" ")
+            report = {
+                "status": "success",
+                "stop_reason": "completed",
+                "cost_usd": float(cost),
+                "turns": int(turns),
+            }
+            Path(os.environ["BATON_RESULT"]).write_text(json.dumps(report))
+            print(f"spent ${cost} over {turns} turns")
         elif verb == "fail-costing":
             report = {"status": "failed", "stop_reason": "cli_error", "cost_usd": float(rest)}
             Path(os.environ["BATON_RESULT"]).write_text(json.dumps(report))

@@ -12,9 +12,10 @@ a short text reply and never consume a step.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -195,14 +196,12 @@ class ScriptedAnthropic(ScriptedProvider[Step, Seen]):
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
-        headers = dict(request.headers)
-        if not body.get("tools"):
-            self.seen.append(Seen(request.path_qs, headers, body, None))
+        seen = partial(Seen, request.path_qs, dict(request.headers), body)
+        step = self.answer(seen, side_call=not body.get("tools"))
+        if step is None:
             return await self._stream(request, body, text("OK"))
-        step = self.next_step()
-        self.seen.append(Seen(request.path_qs, headers, body, step))
         if isinstance(step, Failure):
-            return _failure(step)
+            return failure_response(step)
         if not body.get("stream"):
             return await self._whole(request, body, step)
         return await self._stream(request, body, step)
@@ -212,10 +211,13 @@ class ScriptedAnthropic(ScriptedProvider[Step, Seen]):
         if isinstance(step, Cut):
             await cut(request)
             return web.Response(status=500)  # never sent: the connection is gone
-        whole = message(f"msg_{self.serial()}", str(body.get("model", "claude")))
-        whole["content"] = [_content(block, self.serial()) for block in step.blocks]
-        whole["stop_reason"] = step.stop_reason
-        whole["usage"] = {"input_tokens": 120, "output_tokens": 20}
+        whole = message(
+            f"msg_{self.serial()}",
+            str(body.get("model", "claude")),
+            content=[_content(block, self.serial()) for block in step.blocks],
+            stop_reason=step.stop_reason,
+            output_tokens=20,
+        )
         return web.json_response(whole, headers=dict(step.headers))
 
     async def _stream(
@@ -227,47 +229,71 @@ class ScriptedAnthropic(ScriptedProvider[Step, Seen]):
         response = await event_stream(request, headers)
         model = str(body.get("model", "claude-sonnet-4-5"))
         message_id = f"msg_{self.serial()}"
-        await _event(response, "message_start", {"message": message(message_id, model)})
         if isinstance(step, Cut):
-            await _event(
-                response,
-                "content_block_start",
-                {"index": 0, "content_block": {"type": "text", "text": ""}},
-            )
-            await _event(
-                response,
-                "content_block_delta",
-                {"index": 0, "delta": {"type": "text_delta", "text": step.text}},
-            )
+            for event in reply_events(message_id, model, [text_block(step.text)], "end_turn")[:3]:
+                await response.write(event)
             await cut(request)  # gone mid-reply: no message_stop, no closing chunk
             return response
-        for index, block in enumerate(step.blocks):
-            await _block(response, index, block, self.serial())
-        await _event(
-            response,
-            "message_delta",
-            {
-                "delta": {"stop_reason": step.stop_reason, "stop_sequence": None},
-                "usage": {"output_tokens": 20},
-            },
-        )
-        await _event(response, "message_stop", {})
+        blocks = [_streamed(block, self.serial()) for block in step.blocks]
+        for event in reply_events(message_id, model, blocks, step.stop_reason):
+            await response.write(event)
         await response.write_eof()
         return response
 
 
-def message(message_id: str, model: str, input_tokens: int = 120) -> Json:
-    """Return an assistant message as the Messages API starts it: no content, no stop yet."""
+def message(
+    message_id: str,
+    model: str,
+    input_tokens: int = 120,
+    *,
+    content: Sequence[Json] = (),
+    stop_reason: str | None = None,
+    output_tokens: int = 1,
+) -> Json:
+    """Return an assistant message as the Messages API sends it: whole, or (with no
+    content and no stop yet) as its stream starts."""
     return {
         "id": message_id,
         "type": "message",
         "role": "assistant",
         "model": model,
-        "content": [],
-        "stop_reason": None,
+        "content": list(content),
+        "stop_reason": stop_reason,
         "stop_sequence": None,
-        "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
     }
+
+
+@dataclass(frozen=True)
+class Block:
+    """A content block as a stream sends it: how it starts, then its deltas."""
+
+    start: Json
+    deltas: Sequence[Json]
+
+
+def reply_events(
+    message_id: str,
+    model: str,
+    blocks: Sequence[Block],
+    stop_reason: str,
+    *,
+    input_tokens: int = 120,
+    output_tokens: int = 20,
+) -> list[bytes]:
+    """Return a streamed reply's server-sent events, as the Messages API sends them: the
+    message's start, each block's start, deltas and stop, then why the model stopped."""
+    start = message(message_id, model, input_tokens)
+    events = [_event("message_start", {"message": start})]
+    for index, block in enumerate(blocks):
+        events.append(_event("content_block_start", {"index": index, "content_block": block.start}))
+        for delta in block.deltas:
+            events.append(_event("content_block_delta", {"index": index, "delta": delta}))
+        events.append(_event("content_block_stop", {"index": index}))
+    stop = {"delta": {"stop_reason": stop_reason, "stop_sequence": None}}
+    events.append(_event("message_delta", {**stop, "usage": {"output_tokens": output_tokens}}))
+    events.append(_event("message_stop", {}))
+    return events
 
 
 def _content(block: Text | ToolUse, serial: str) -> Json:
@@ -281,25 +307,25 @@ def _content(block: Text | ToolUse, serial: str) -> Json:
     }
 
 
-async def _block(
-    response: web.StreamResponse, index: int, block: Text | ToolUse, serial: str
-) -> None:
+def text_block(*parts: str) -> Block:
+    """Return a text block as a stream sends it, in these parts."""
+    return Block({"type": "text", "text": ""}, [{"type": "text_delta", "text": p} for p in parts])
+
+
+def _streamed(block: Text | ToolUse, serial: str) -> Block:
     if isinstance(block, Text):
-        start: Json = {"type": "text", "text": ""}
-        delta: Json = {"type": "text_delta", "text": block.text}
-    else:
-        start = {"type": "tool_use", "id": f"toolu_{serial}", "name": block.name, "input": {}}
-        delta = {"type": "input_json_delta", "partial_json": json.dumps(dict(block.input))}
-    await _event(response, "content_block_start", {"index": index, "content_block": start})
-    await _event(response, "content_block_delta", {"index": index, "delta": delta})
-    await _event(response, "content_block_stop", {"index": index})
+        return text_block(block.text)
+    start = {"type": "tool_use", "id": f"toolu_{serial}", "name": block.name, "input": {}}
+    delta = {"type": "input_json_delta", "partial_json": json.dumps(dict(block.input))}
+    return Block(start, (delta,))
 
 
-async def _event(response: web.StreamResponse, kind: str, data: Json) -> None:
-    await response.write(sse({"type": kind, **data}, kind))
+def _event(kind: str, data: Json) -> bytes:
+    return sse({"type": kind, **data}, kind)
 
 
-def _failure(step: Failure) -> web.Response:
+def failure_response(step: Failure) -> web.Response:
+    """Return the HTTP answer to a request that failed, as Anthropic shapes it."""
     error: Json = {"type": step.error_type, "message": step.message}
     if step.details is not None:
         error["details"] = dict(step.details)

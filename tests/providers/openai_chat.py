@@ -18,6 +18,7 @@ import json
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 from aiohttp import web
@@ -26,7 +27,6 @@ from tests.providers import anthropic
 from tests.providers.scripted import (
     Cut,
     Json,
-    Script,
     ScriptedProvider,
     cut,
     event_stream,
@@ -174,20 +174,12 @@ class Seen:
 
 
 class ScriptedChat(ScriptedProvider[Step, Seen]):
-    """The provider: answers aider's chat requests step by step from a script.
-
-    A script may be for one model only (the request's `model`, e.g. `gpt-4o`): one
-    provider then serves runs of different models, each its own way.
-    """
+    """The provider: answers aider's chat requests step by step from a script, which may
+    be one model's only."""
 
     def __init__(self) -> None:
         super().__init__()
         self.commit_message = "Fix the greeting"
-
-    def script(self, *steps: Step, then: Step | None = None, model: str | None = None) -> None:
-        """Replace the script (of one model's requests): these steps in order, then `then`."""
-        self.scripts[model] = Script(steps, then)
-        self.overrun = 0
 
     def no_step_left(self) -> Step:
         return Failure(500, "server_error", "the test's script has no step left")
@@ -224,14 +216,11 @@ class ScriptedChat(ScriptedProvider[Step, Seen]):
 
     async def _answer(self, request: web.Request, api: Api) -> web.StreamResponse:
         body = await request.json()
-        headers = dict(request.headers)
-        step: Step
-        if _COMMIT_PROMPT in _system_text(body):
-            self.seen.append(Seen(api, request.path_qs, headers, body, None))
+        seen = partial(Seen, api, request.path_qs, dict(request.headers), body)
+        side_call = _COMMIT_PROMPT in _system_text(body)
+        step = self.answer(seen, side_call=side_call, model=str(body.get("model")))
+        if step is None:
             step = Reply(self.commit_message)
-        else:
-            step = self.next_step(str(body.get("model")))
-            self.seen.append(Seen(api, request.path_qs, headers, body, step))
         if isinstance(step, Failure):
             return _failure(api, step)
         if isinstance(step, Reply) and step.delay_s:
@@ -278,12 +267,14 @@ class ScriptedChat(ScriptedProvider[Step, Seen]):
     def _message(self, api: Api, model: str, content: str) -> Json:
         ident = self.serial()
         if api == "anthropic":
-            return {
-                **anthropic.message(f"msg_{ident}", model, input_tokens=1250),
-                "content": [{"type": "text", "text": content}],
-                "stop_reason": "end_turn",
-                "usage": {"input_tokens": 1250, "output_tokens": 60},
-            }
+            return anthropic.message(
+                f"msg_{ident}",
+                model,
+                1250,
+                content=[{"type": "text", "text": content}],
+                stop_reason="end_turn",
+                output_tokens=60,
+            )
         return {
             "id": f"chatcmpl-{ident}",
             "object": "chat.completion",
@@ -354,61 +345,18 @@ def _openai_events(ident: str, model: str, content: str) -> list[bytes]:
 
 def _anthropic_events(ident: str, model: str, content: str) -> list[bytes]:
     half = len(content) // 2
-    start = anthropic.message(f"msg_{ident}", model, input_tokens=1250)
-
-    def delta(text: str) -> bytes:
-        return sse(
-            {
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "text_delta", "text": text},
-            },
-            "content_block_delta",
-        )
-
-    return [
-        sse({"type": "message_start", "message": start}, "message_start"),
-        sse(
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "text", "text": ""},
-            },
-            "content_block_start",
-        ),
-        delta(content[:half]),
-        delta(content[half:]),
-        sse({"type": "content_block_stop", "index": 0}, "content_block_stop"),
-        sse(
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                "usage": {"output_tokens": 60},
-            },
-            "message_delta",
-        ),
-        sse({"type": "message_stop"}, "message_stop"),
-    ]
+    said = anthropic.text_block(content[:half], content[half:])
+    return anthropic.reply_events(
+        f"msg_{ident}", model, [said], "end_turn", input_tokens=1250, output_tokens=60
+    )
 
 
 def _failure(api: Api, step: Failure) -> web.Response:
-    body: Json
     if api == "anthropic":
-        body = {
-            "type": "error",
-            "error": {"type": step.error_type, "message": step.message},
-            "request_id": "req_failed",
-        }
-    else:
-        body = {
-            "error": {
-                "message": step.message,
-                "type": step.error_type,
-                "param": None,
-                "code": step.code,
-            }
-        }
-    return web.json_response(body, status=step.status, headers=dict(step.headers))
+        said = anthropic.Failure(step.status, step.error_type, step.message, headers=step.headers)
+        return anthropic.failure_response(said)
+    error = {"message": step.message, "type": step.error_type, "param": None, "code": step.code}
+    return web.json_response({"error": error}, status=step.status, headers=dict(step.headers))
 
 
 def serving() -> AbstractAsyncContextManager[ScriptedChat]:

@@ -20,6 +20,7 @@ import json
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from aiohttp import WSMsgType, web
@@ -298,12 +299,10 @@ class ScriptedResponses(ScriptedProvider[Step, Seen]):
         if (refused := self._refuses_key(request)) is not None:
             return refused
         body = await request.json()
-        headers = dict(request.headers)
-        if body.get("generate") is False:
-            self.seen.append(Seen("https", headers, body, None))
+        seen = partial(Seen, "https", dict(request.headers), body)
+        step = self.answer(seen, side_call=body.get("generate") is False)
+        if step is None:
             return await self._sse(request, Reply(()))
-        step = self.next_step()
-        self.seen.append(Seen("https", headers, body, step))
         if isinstance(step, Failure):
             return web.json_response(
                 {"error": dict(step.error)}, status=step.status, headers=dict(step.headers)
@@ -342,12 +341,11 @@ class ScriptedResponses(ScriptedProvider[Step, Seen]):
             body = json.loads(message.data)
             if body.get("type") != "response.create":
                 continue  # e.g. `response.processed` acknowledgements
-            if body.get("generate") is False:
-                self.seen.append(Seen("websocket", headers, body, None))
+            seen = partial(Seen, "websocket", headers, body)
+            step = self.answer(seen, side_call=body.get("generate") is False)
+            if step is None:
                 await self._events(send, Reply(()))
                 continue
-            step = self.next_step()
-            self.seen.append(Seen("websocket", headers, body, step))
             if isinstance(step, Failure):
                 await send(
                     {

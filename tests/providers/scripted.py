@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -63,7 +63,9 @@ class ScriptedProvider(Generic[StepT, SeenT]):
 
     When the script runs out, `then` answers every further request, when given; else
     each extra request is answered with `no_step_left()` (a 500) and counted in `overrun`.
-    A subclass serves its API's `routes` and records each request in `seen`.
+    A script may be for one model only (the request's `model`, e.g. `gpt-4o`): one
+    provider then serves runs of different models, each its own way. A subclass serves
+    its API's `routes`, and keeps each request in `seen` as it `answer`s it.
     """
 
     def __init__(self) -> None:
@@ -73,9 +75,10 @@ class ScriptedProvider(Generic[StepT, SeenT]):
         self.port = 0
         self._serials = itertools.count(1)
 
-    def script(self, *steps: StepT, then: StepT | None = None) -> None:
-        """Replace the script: these steps in order, then `then` for ever (if given)."""
-        self.scripts[None] = Script(steps, then)
+    def script(self, *steps: StepT, then: StepT | None = None, model: str | None = None) -> None:
+        """Replace the script (of one model's requests, if given): these steps in order,
+        then `then` for ever (if given)."""
+        self.scripts[model] = Script(steps, then)
         self.overrun = 0
 
     def next_step(self, model: str | None = None) -> StepT:
@@ -84,6 +87,19 @@ class ScriptedProvider(Generic[StepT, SeenT]):
         if step is None:
             self.overrun += 1
             return self.no_step_left()
+        return step
+
+    def answer(
+        self,
+        seen: Callable[[StepT | None], SeenT],
+        *,
+        side_call: bool = False,
+        model: str | None = None,
+    ) -> StepT | None:
+        """Return the step that answers a request, keeping the request as seen makes it of
+        that step; None for a side call of the CLI's own, which takes no step."""
+        step = None if side_call else self.next_step(model)
+        self.seen.append(seen(step))
         return step
 
     def no_step_left(self) -> StepT:

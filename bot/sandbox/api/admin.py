@@ -3,7 +3,7 @@
 Besides deliveries, faults, call counts and configuration, they do what a maintainer or
 GitHub itself does outside the REST API an App sees, with GitHub's effects (lifecycle):
 delete or transfer an issue, rename or delete a repository, suspend, unsuspend or remove
-an App's installation.
+an App's installation, re-run a check from a pull request's page.
 """
 
 from __future__ import annotations
@@ -13,11 +13,19 @@ from typing import Literal
 from aiohttp import web
 from pydantic import BaseModel, Field
 
-from bot.sandbox import lifecycle
+from bot.sandbox import checks, lifecycle
 from bot.sandbox.api.apps import REPO_NAME
+from bot.sandbox.api.checks import run_of
 from bot.sandbox.faults import ApiFault
-from bot.sandbox.hub import Hub, hub_of, login_of
-from bot.sandbox.rest import int_param, json_response, or_not_found, read_body, read_json
+from bot.sandbox.hub import Hub, hub_of, login_of, require_role
+from bot.sandbox.rest import (
+    ApiError,
+    int_param,
+    json_response,
+    or_not_found,
+    read_body,
+    read_json,
+)
 from bot.sandbox.state import Installation, Issue, Repo
 from bot.sandbox.webhooks import Delivery, WebhookFaults
 
@@ -267,3 +275,20 @@ async def uninstall(request: web.Request) -> web.Response:
     """Remove the App from an account (GitHub's DELETE /app/installations/{id})."""
     lifecycle.uninstall(hub_of(request), _installation(request), login_of(request))
     return web.Response(status=204)
+
+
+@routes.post("/_sandbox/repos/{owner}/{repo}/check-runs/{check_run_id}/rerequest")
+async def rerequest_check_run(request: web.Request) -> web.Response:
+    """Re-run a completed check run, as a person with write access does from a PR's page.
+
+    Its App gets `check_run.rerequested` from that person (GitHub's "Re-run"); a run
+    still under way is not rerequestable, as on GitHub (422).
+    """
+    hub = hub_of(request)
+    repo = _repo(request)
+    require_role(request, repo, "write", "re-run checks")
+    run = run_of(request, repo)
+    if run.status != "completed":
+        raise ApiError(422, "This check run is not rerequestable.")
+    await checks.rerequest(hub, repo, run, login_of(request))
+    return json_response({}, status=201)

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import datetime
+import re
 from typing import Literal
 
 from aiohttp import web
-from pydantic import BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, Field
 
 from bot.sandbox import checks
-from bot.sandbox.auth import APP_ID
 from bot.sandbox.hub import Hub, actor_of, hub_of, login_of, repo_of
 from bot.sandbox.permissions import read, requires, write
+from bot.sandbox.render import latest_runs
 from bot.sandbox.rest import (
     ApiError,
-    forbidden_integration,
     int_param,
     invalid,
     json_response,
@@ -21,25 +22,38 @@ from bot.sandbox.rest import (
     paginate,
     read_body,
 )
-from bot.sandbox.state import CheckOutput, CheckRun, CheckSuite, CommitStatus, Repo, utc_now
+from bot.sandbox.state import (
+    CheckOutput,
+    CheckRun,
+    CheckSuite,
+    CommitStatus,
+    Repo,
+    iso,
+    utc_now,
+)
 
 routes = web.RouteTableDef()
 
 RUN = "/repos/{owner}/{repo}/check-runs/{check_run_id:\\d+}"
 SUITE = "/repos/{owner}/{repo}/check-suites/{check_suite_id:\\d+}"
 COMMIT = "/repos/{owner}/{repo}/commits/{ref:.+}"
-CheckStatus = Literal["queued", "in_progress", "completed", "waiting", "requested", "pending"]
+# What an App may set ("Create a check run"): "Only GitHub Actions can set a status of
+# `waiting`, `pending`, or `requested`", and "You cannot change a check run conclusion to
+# `stale`, only GitHub can set this."
+CheckStatus = Literal["queued", "in_progress", "completed"]
 Conclusion = Literal[
-    "action_required", "cancelled", "failure", "neutral", "success", "skipped", "stale", "timed_out"
+    "action_required", "cancelled", "failure", "neutral", "success", "skipped", "timed_out"
 ]
+OUTPUT_LIMIT = 65535  # "Maximum length: 65535 characters" of a summary, and of a text
+_FULL_SHA = re.compile(r"[0-9a-f]{40}")
 
 
 class OutputBody(BaseModel):
-    """The output block of a check run request."""
+    """The output block of a check run request: title and summary required, as GitHub's are."""
 
-    title: str | None = None
-    summary: str
-    text: str | None = None
+    title: str
+    summary: str = Field(max_length=OUTPUT_LIMIT)
+    text: str | None = Field(default=None, max_length=OUTPUT_LIMIT)
 
 
 class CheckRunBody(BaseModel):
@@ -51,8 +65,8 @@ class CheckRunBody(BaseModel):
     external_id: str | None = None
     status: CheckStatus | None = None
     conclusion: Conclusion | None = None
-    started_at: str | None = None
-    completed_at: str | None = None
+    started_at: AwareDatetime | None = None
+    completed_at: AwareDatetime | None = None
     output: OutputBody | None = None
 
 
@@ -65,30 +79,47 @@ class StatusBody(BaseModel):
     context: str = Field(default="default", min_length=1)
 
 
-def _require_app_installation(request: web.Request) -> None:
+def _calling_app(request: web.Request) -> int:
+    """Return the App an installation token belongs to; people cannot write checks."""
     actor = actor_of(request)
-    if actor is not None and actor.kind != "installation":
+    if actor is None or actor.kind != "installation" or actor.app_id is None:
         raise ApiError(403, "You must authenticate via a GitHub App.")
+    return actor.app_id
+
+
+def _when(moment: datetime.datetime | None) -> str | None:
+    return iso(moment) if moment is not None else None
 
 
 def _apply(run: CheckRun, body: CheckRunBody) -> None:
-    """Copy a request's check run fields onto a run, completing it when a conclusion arrives."""
-    for field in ("name", "details_url", "external_id", "started_at", "completed_at"):
+    """Copy a request's check run fields onto a run, completing it when a conclusion arrives.
+
+    GitHub: conclusion is "Required if you provide `completed_at` or a `status` of
+    `completed`", and "Providing `conclusion` will automatically set the `status`
+    parameter to `completed`." A run moved back to queued or in progress loses its
+    conclusion, so that completing it again is announced again.
+    """
+    for field in ("name", "details_url", "external_id"):
         if (value := getattr(body, field)) is not None:
             setattr(run, field, value)
+    run.started_at = _when(body.started_at) or run.started_at
+    run.completed_at = _when(body.completed_at) or run.completed_at
     if body.output is not None:
         run.output = CheckOutput(
             title=body.output.title, summary=body.output.summary, text=body.output.text
         )
-    if body.status is not None:
+    if body.status is not None and body.conclusion is None:
         run.status = body.status
+        run.conclusion = None if body.status != "completed" else run.conclusion
     if body.conclusion is not None:
         run.status = "completed"
         run.conclusion = body.conclusion
+    if run.conclusion is None and (run.status == "completed" or body.completed_at is not None):
+        raise invalid("CheckRun", "conclusion", "missing_field")
     if run.status == "completed":
-        if run.conclusion is None:
-            raise invalid("CheckRun", "conclusion", "missing_field")
         run.completed_at = run.completed_at or utc_now()
+    else:
+        run.completed_at = None
 
 
 def run_of(request: web.Request, repo: Repo) -> CheckRun:
@@ -108,18 +139,18 @@ async def create_check_run(request: web.Request) -> web.Response:
     """Create a check run for the calling App (its suite is created on demand)."""
     hub = hub_of(request)
     repo = repo_of(request, write=True)
-    _require_app_installation(request)
+    app_id = _calling_app(request)
     body = await read_body(request, CheckRunBody, "CheckRun")
     if not body.name:
         raise invalid("CheckRun", "name", "missing_field")
-    head = await hub.git(repo).resolve(body.head_sha or "")
-    if head is None:
-        raise invalid("CheckRun", "head_sha")
+    head = body.head_sha or ""
+    if not _FULL_SHA.fullmatch(head) or await hub.git(repo).resolve(head) != head:
+        raise ApiError(422, f"No commit found for SHA: {head}")
     suite, _ = checks.suite_for(
-        hub, repo, APP_ID, head, await checks.branch_of(hub, repo, head), None
+        hub, repo, app_id, head, await checks.branch_of(hub, repo, head), None
     )
     run = CheckRun(
-        id=hub.state.next_id(), suite_id=suite.id, app_id=APP_ID, name=body.name, head_sha=head
+        id=hub.state.next_id(), suite_id=suite.id, app_id=app_id, name=body.name, head_sha=head
     )
     _apply(run, body)
     await checks.create_run(hub, repo, suite, run, login_of(request))
@@ -138,31 +169,26 @@ async def get_check_run(request: web.Request) -> web.Response:
 @routes.patch(RUN)
 @requires(write("checks"))
 async def update_check_run(request: web.Request) -> web.Response:
-    """Update the calling App's own check run."""
+    """Update the calling App's own check run; another App's is refused as GitHub refuses it."""
     hub = hub_of(request)
     repo = repo_of(request, write=True)
-    _require_app_installation(request)
+    app_id = _calling_app(request)
     run = run_of(request, repo)
-    if run.app_id != APP_ID:
-        raise forbidden_integration()
+    if run.app_id != app_id:
+        raise ApiError(
+            403,
+            f"Invalid app_id `{run.app_id}` - check run can only be modified by the GitHub App "
+            "that created it.",
+        )
     body = await read_body(request, CheckRunBody, "CheckRun")
     was_completed = run.status == "completed"
     _apply(run, body)
-    if run.status == "completed" and not was_completed:
-        await checks.announce_completion(hub, repo, run, login_of(request))
+    await checks.run_updated(hub, repo, run, was_completed, login_of(request))
     return json_response(await checks.run_json(hub, repo, run))
 
 
 async def _commit_of(request: web.Request, hub: Hub, repo: Repo) -> str:
     return or_not_found(await hub.git(repo).resolve(request.match_info["ref"]))
-
-
-def _latest(runs: list[CheckRun]) -> list[CheckRun]:
-    """Keep the newest run per app and name (GitHub's filter=latest)."""
-    newest: dict[tuple[int, str], CheckRun] = {}
-    for run in runs:
-        newest[(run.app_id, run.name)] = run
-    return list(newest.values())
 
 
 async def _runs_response(
@@ -177,7 +203,7 @@ async def _runs_response(
         and query.get("app_id", str(r.app_id)) == str(r.app_id)
     ]
     if query.get("filter", "latest") == "latest":
-        runs = _latest(runs)
+        runs = latest_runs(runs)
     runs.reverse()
     page, headers = paginate(request, hub.public_url, runs)
     rendered = [await checks.run_json(hub, repo, r) for r in page]

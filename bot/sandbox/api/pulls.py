@@ -8,6 +8,7 @@ from aiohttp import web
 from pydantic import BaseModel, Field
 
 from bot.sandbox import events, pulls, refs
+from bot.sandbox.git_backend import GitRepo
 from bot.sandbox.hub import Hub, hub_of, login_of, repo_of, require_role
 from bot.sandbox.permissions import read, requires, write
 from bot.sandbox.rest import (
@@ -64,6 +65,12 @@ class MergeBody(BaseModel):
     merge_method: Literal["merge", "squash", "rebase"] = "merge"
 
 
+class UpdateBranchBody(BaseModel):
+    """Body of PUT .../pulls/{pull_number}/update-branch."""
+
+    expected_head_sha: str | None = None
+
+
 class DraftReviewComment(BaseModel):
     """A line comment submitted with a review."""
 
@@ -89,8 +96,8 @@ def pull_of(request: web.Request, repo: Repo) -> tuple[Issue, Pull]:
 
 
 async def full_pull(hub: Hub, repo: Repo, issue: Issue, status: int = 200) -> web.Response:
-    """Answer with a full pull request."""
-    facts = await pulls.facts(hub, repo, issue)
+    """Answer with a full pull request (starting its mergeability job when one is due)."""
+    facts = await pulls.facts(hub, repo, issue, start_check=True)
     return json_response(hub.render.pull(repo, issue, facts), status=status)
 
 
@@ -203,24 +210,12 @@ async def update_pull(request: web.Request) -> web.Response:
     body = await read_body(request, UpdatePullBody, "PullRequest")
     sender = login_of(request)
     if sender != issue.user:
-        if body.state is not None:
-            require_role(request, repo, "triage", "close or reopen other people's pull requests")
-        if {"title", "body", "base", "maintainer_can_modify"} & body.model_fields_set:
-            require_role(request, repo, "write", "edit other people's pull requests")
+        _require_roles_for_others(request, repo, body)
     git = hub.git(repo)
     if body.base is not None and await git.branch_tip(body.base) is None:
         raise invalid("PullRequest", "base")
     if body.state == "open" and issue.state == "closed":
-        if pull.merged_at:
-            raise custom_invalid(
-                "PullRequest", "state cannot be changed. The pull request has been merged."
-            )
-        tip = await git.branch_tip(pull.head_ref)
-        if tip is None:
-            raise custom_invalid(
-                "PullRequest", "state cannot be changed. The head branch was deleted."
-            )
-        pull.head_sha = tip
+        pull.head_sha = await _reopened_head(git, pull)
     if body.maintainer_can_modify is not None:
         pull.maintainer_can_modify = body.maintainer_can_modify
     new_body = (body.body or "") if "body" in body.model_fields_set else None
@@ -230,6 +225,26 @@ async def update_pull(request: web.Request) -> web.Response:
     if body.state is not None:
         await events.set_state(hub, repo, issue, body.state, None, sender)
     return await full_pull(hub, repo, issue)
+
+
+def _require_roles_for_others(request: web.Request, repo: Repo, body: UpdatePullBody) -> None:
+    """Refuse an edit of someone else's pull request beyond the sender's role, as GitHub does."""
+    if body.state is not None:
+        require_role(request, repo, "triage", "close or reopen other people's pull requests")
+    if {"title", "body", "base", "maintainer_can_modify"} & body.model_fields_set:
+        require_role(request, repo, "write", "edit other people's pull requests")
+
+
+async def _reopened_head(git: GitRepo, pull: Pull) -> str:
+    """Return the head a closed pull request reopens at; refuse a merged one or a deleted head."""
+    if pull.merged_at:
+        raise custom_invalid(
+            "PullRequest", "state cannot be changed. The pull request has been merged."
+        )
+    tip = await git.branch_tip(pull.head_ref)
+    if tip is None:
+        raise custom_invalid("PullRequest", "state cannot be changed. The head branch was deleted.")
+    return tip
 
 
 @routes.get(PULL + "/files")
@@ -270,6 +285,29 @@ async def merge_pull(request: web.Request) -> web.Response:
     )
     return json_response(
         {"sha": sha, "merged": True, "message": "Pull Request successfully merged"}
+    )
+
+
+@routes.put(PULL + "/update-branch")
+@requires(write("pull_requests"))
+async def update_branch(request: web.Request) -> web.Response:
+    """Merge the base branch into the pull request's head branch ("Update branch").
+
+    GitHub answers 202 Accepted with a message, and 422 when the head is not the
+    expected_head_sha, the base has nothing new, or the merge conflicts.
+    """
+    hub = hub_of(request)
+    repo = repo_of(request, write=True)
+    require_role(request, repo, "write", "update pull request branches")
+    issue, _ = pull_of(request, repo)
+    body = await read_body(request, UpdateBranchBody, "PullRequest")
+    await refs.update_branch(hub, repo, issue, body.expected_head_sha, login_of(request))
+    return json_response(
+        {
+            "message": "Updating pull request branch.",
+            "url": f"{hub.render.repo_api(repo)}/pulls/{issue.number}",
+        },
+        status=202,
     )
 
 

@@ -15,7 +15,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, FailFast, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    FailFast,
+    Field,
+    ValidationError,
+)
+
+from bot.domain.issue_text import github_time
 
 
 class _Fields(BaseModel):
@@ -33,9 +43,19 @@ Id = Annotated[int, Field(gt=0)]
 Sha = Annotated[str, Field(pattern=r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")]  # SHA-1 or SHA-256
 # GitHub's owners are letters, digits, - (and _ for managed users); names add `.`.
 RepoName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+/[A-Za-z0-9._-]+$")]
+
+
+def _a_time(value: str) -> str:
+    if github_time(value) is None:  # as the handlers read it: a 13th month is no time
+        raise ValueError("not a time GitHub writes")
+    return value
+
+
 # GitHub's times are ISO 8601 with a zone: `2026-12-01T09:00:00Z`.
 Timestamp = Annotated[
-    str, Field(pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)$")
+    str,
+    Field(pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)$"),
+    AfterValidator(_a_time),
 ]
 Texts = Annotated[list[str], FailFast()]  # a bad item ends the check: no error per item
 
@@ -76,7 +96,7 @@ class Label(_Fields):
 class LabeledIssue(IssueNumber):
     title: str
     body: str | None
-    updated_at: str
+    updated_at: Timestamp  # when the text was as it is here: the brief works from it
     labels: Annotated[list[Label], FailFast()]
 
 
@@ -168,6 +188,14 @@ class RunCompleted(_Delivery):
     check_run: Run
 
 
+class RerequestedRun(_Fields):
+    head_sha: Sha
+
+
+class RunRerequested(_Delivery):
+    check_run: RerequestedRun
+
+
 class Branch(_Fields):
     name: str
 
@@ -209,6 +237,7 @@ PAYLOADS: Mapping[tuple[str, str | None], type[_Fields]] = {
     ("pull_request_review", "submitted"): ReviewSubmitted,
     ("check_suite", "completed"): SuiteCompleted,
     ("check_run", "completed"): RunCompleted,
+    ("check_run", "rerequested"): RunRerequested,
     ("status", None): CommitStatus,
     ("push", None): Push,
 }

@@ -1,0 +1,1 @@
+"""Each workflow decision as a pure function from facts to a plan."""

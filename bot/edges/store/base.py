@@ -1,0 +1,67 @@
+"""What every concept store shares: the one Redis client, the claim TTL, mutexes, indexes."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import cast
+
+import redis
+
+from bot.domain.model import IssueRef
+from bot.edges.store import keys
+
+RUN_TTL_S = 90 * 24 * 3600
+LOCK_TTL_MS = 60_000  # by default a claim lives this long without a heartbeat
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class StoreError(Exception):
+    """Redis could not be reached or refused an operation."""
+
+
+def text(value: object) -> str:
+    """Return a Redis reply as text, whether the client decodes replies or not."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class StoreBase:
+    """One concept's view of Baton's Redis state, on the client every concept shares.
+
+    Each concept store extends __init__ cooperatively to register its own scripts,
+    so `Store`, composed of them all, registers every script on the one client.
+    """
+
+    def __init__(self, client: redis.Redis, lock_ttl_ms: int = LOCK_TTL_MS) -> None:
+        self.redis = client
+        self.lock_ttl_ms = lock_ttl_ms
+        self._release = client.register_script(_RELEASE)
+
+    @asynccontextmanager
+    async def _mutex(self, key: str, ttl_ms: int, wait_s: float) -> AsyncIterator[None]:
+        token = secrets.token_hex(8)
+        deadline = time.monotonic() + wait_s
+        while not self.redis.set(key, token, nx=True, px=ttl_ms):
+            if time.monotonic() > deadline:
+                break  # a holder that died: its lock has expired by now
+            await asyncio.sleep(0.02)
+        try:
+            yield
+        finally:
+            self._release(keys=[key], args=[token])
+
+    def _indexed(self, key: str) -> list[tuple[IssueRef, datetime]]:
+        entries = cast(list[tuple[object, float]], self.redis.zrange(key, 0, -1, withscores=True))
+        indexed = []
+        for member, score in entries:
+            issue = keys.issue_from_index(text(member))
+            indexed.append((issue, datetime.fromtimestamp(float(score), UTC)))
+        return indexed
