@@ -1,5 +1,5 @@
 """What Claude Code prints in stream-json, for the scripted agent to print in the end-to-end
-tests: its transcript then reads as Claude Code's (tests/agents/scripted_agent.py, `say`)."""
+tests: its transcript then reads as Claude Code's (tests/stand_ins/scripted_agent.py, `say`)."""
 
 from __future__ import annotations
 

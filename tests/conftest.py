@@ -34,7 +34,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test of tests/test_cli_*.py as one that drives a real agent CLI."""
+    """Mark every test of tests/agents/test_cli_*.py as one that drives a real agent CLI."""
     for item in items:
         if item.path.name.startswith("test_cli_"):
             item.add_marker(REAL_CLI)

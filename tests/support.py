@@ -3,20 +3,25 @@ end-to-end tests (tests/test_e2e*.py), every part a real process."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import subprocess
 import sys
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import aiohttp
 
 from bot.devkit.devstack import LocalBaton, Process
 from bot.domain.jobs import AGENTS, EVENTS
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GITHUB_FIXTURES = FIXTURES / "github"
-SCRIPTED_AGENT = Path(__file__).parent / "agents" / "scripted_agent.py"
+SCRIPTED_AGENT = Path(__file__).parent / "stand_ins" / "scripted_agent.py"
 # What a stack of the scripted agent runs with: clocks short enough for a run to settle
 # in seconds, and a lead to escalate to.
 SCRIPTED_ENV = {
@@ -101,3 +106,25 @@ def sweep(stack: LocalBaton) -> str:
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+async def post_signed(
+    session: aiohttp.ClientSession,
+    stack: LocalBaton,
+    event: str,
+    body: bytes,
+    delivery: str | None = None,
+) -> tuple[int, str]:
+    """Post body to the stack's `baton web` as GitHub delivers an event, signed with its secret.
+
+    Each delivery has a fresh id unless one is given. Returns the status and the answer.
+    """
+    signature = hmac.new(stack.webhook_secret.encode(), body, hashlib.sha256).hexdigest()
+    headers = {
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
+        "X-Hub-Signature-256": f"sha256={signature}",
+        "Content-Type": "application/json",
+    }
+    async with session.post(f"{stack.web_url}/webhook", data=body, headers=headers) as response:
+        return response.status, await response.text()

@@ -23,7 +23,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from bot.domain.model import AgentResult, Run, RunState
-from bot.domain.spend import DaySpend, in_window, total
+from bot.domain.spend import AgentSpend, DaySpend, Ledger, in_window, total
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -167,6 +167,20 @@ AGENT_SPEND_TURNS = Metric(
     "(today or 30d).",
     type=MetricType.GAUGE,
     labels=("window",),
+)
+REPO_SPEND = Metric(
+    name="baton_repo_agent_spend_usd",
+    help="What agents spent on each repository in US dollars, by window (today or 30d); "
+    "only repositories with spend in the rolling 30 days appear.",
+    type=MetricType.GAUGE,
+    labels=("repo", "window"),
+)
+REPO_SPEND_TURNS = Metric(
+    name="baton_repo_agent_spend_turns",
+    help="Turns agents took on each repository, by window (today or 30d); only repositories "
+    "with spend in the rolling 30 days appear.",
+    type=MetricType.GAUGE,
+    labels=("repo", "window"),
 )
 MONTHLY_BUDGET = Metric(
     name="baton_monthly_budget_usd",
@@ -430,18 +444,46 @@ def current_gauges(
     ]
 
 
-def spend_gauges(days: Sequence[DaySpend], budget_usd: float | None, now: datetime) -> list[Family]:
-    """Return the deployment's spend today and over the rolling 30 days, and its budget."""
+def spend_gauges(ledger: Ledger, budget_usd: float | None, now: datetime) -> list[Family]:
+    """Return spend today and over the rolling 30 days, the deployment's and each repository's,
+    and the deployment's budget.
+
+    A repository is a label here, unlike in the stored metrics: the ledger holds only the
+    repositories agents spent on in the window, so the series are as few as the work.
+    """
     today = now.astimezone(UTC).date()
-    windows = {
-        "today": total(day for day in days if day.day == today),
-        "30d": total(in_window(days, now)),
-    }
+
+    def windows(days: Sequence[DaySpend]) -> dict[str, AgentSpend]:
+        return {
+            "today": total(day for day in days if day.day == today),
+            "30d": total(in_window(days, now)),
+        }
+
+    deployment = windows(ledger.deployment)
+    repos = {repo: windows(days) for repo, days in sorted(ledger.repositories.items())}
     budget = [Series((), budget_usd)] if budget_usd is not None else []
     return [
-        Family(AGENT_SPEND, [Series((name,), spent.cost_usd) for name, spent in windows.items()]),
         Family(
-            AGENT_SPEND_TURNS, [Series((name,), spent.turns) for name, spent in windows.items()]
+            AGENT_SPEND, [Series((name,), spent.cost_usd) for name, spent in deployment.items()]
+        ),
+        Family(
+            AGENT_SPEND_TURNS, [Series((name,), spent.turns) for name, spent in deployment.items()]
+        ),
+        Family(
+            REPO_SPEND,
+            [
+                Series((repo, name), spent.cost_usd)
+                for repo, spent_in in repos.items()
+                for name, spent in spent_in.items()
+            ],
+        ),
+        Family(
+            REPO_SPEND_TURNS,
+            [
+                Series((repo, name), spent.turns)
+                for repo, spent_in in repos.items()
+                for name, spent in spent_in.items()
+            ],
         ),
         Family(MONTHLY_BUDGET, budget),
     ]

@@ -389,7 +389,7 @@ def _scrape(ctx: WebContext) -> str:
         intake_backlog=ctx.store.intake_backlog(),
     )
     now = utcnow()
-    spend = spend_gauges(ctx.store.deployment_spend(now), ctx.settings.monthly_budget_usd, now)
+    spend = spend_gauges(ctx.store.spend_ledger(now), ctx.settings.monthly_budget_usd, now)
     return render_prometheus([*stored_families(stored), *gauges, *spend])
 
 

@@ -112,6 +112,7 @@ async def run_issue(
         paused=paused,
         claimed=claim is not None,
         holder=store.lock_holder(issue) if claim is None else None,
+        handing_over=claim is None and _handing_over(store.latest_run(issue), after),
     )
     stop = arrival(services.settings, facts, utcnow())
     if stop is not None:
@@ -126,6 +127,11 @@ async def run_issue(
     finally:
         services.store.release_run_slot(issue)
         services.store.release(claim)
+
+
+def _handing_over(latest: Run | None, after: int) -> bool:
+    """Return whether the latest run is the ended attempt a start after `after` follows."""
+    return latest is not None and latest.attempt == after and not latest.state.is_live
 
 
 async def remove_finished_worktrees(services: Services, issue: IssueRef) -> None:

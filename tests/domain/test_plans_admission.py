@@ -280,14 +280,14 @@ def test_facts_are_asked_for_in_order_and_only_where_they_decide(
     assert isinstance(verdict, Admit)
 
 
-def claim_wait(mode: RunMode) -> Wait:
+def claim_wait(mode: RunMode, delay_s: float = 30.0) -> Wait:
     job = run_issue_job(SETTINGS, ISSUE, "after-2", mode, 2)
     return Wait(
         note="already claimed (worker-1); not starting a second run",
         on="claim",
-        until=NOW + timedelta(seconds=30),
+        until=NOW + timedelta(seconds=delay_s),
         job=job,
-        plan=(Enqueue(job=job, delay_s=30.0),),
+        plan=(Enqueue(job=job, delay_s=delay_s),),
     )
 
 
@@ -319,6 +319,12 @@ def claim_wait(mode: RunMode) -> Wait:
         (
             Arrival(issue=ISSUE, mode=R, after=2, paused=False, holder="worker-1"),
             claim_wait(R),
+        ),
+        (  # the attempt it follows is ending: its claim goes back in moments
+            Arrival(
+                issue=ISSUE, mode=R, after=2, paused=False, holder="worker-1", handing_over=True
+            ),
+            claim_wait(R, 2.0),
         ),
         (Arrival(issue=ISSUE, mode=F, after=0, paused=False, claimed=True), None),
         (Arrival(issue=ISSUE, mode=C, after=2, paused=False, claimed=True), None),

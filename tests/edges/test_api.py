@@ -39,8 +39,8 @@ from bot.edges import api
 from bot.edges.github import USER_AGENT, GitHubApp, GitHubClient
 from bot.edges.store import Store
 from bot.ops.metrics import Tally
+from tests.sandbox.test_git_backend import allow_null_in_nullable_enums
 from tests.support import GITHUB_FIXTURES
-from tests.test_sandbox import allow_null_in_nullable_enums
 
 REPO = "maintainer/widgets"
 BRANCH = "baton/issue-1-fix-the-widget"

@@ -58,7 +58,7 @@ def test_an_attempts_spend_is_added_once_to_its_day_and_repository(store: Store)
         deployment=(day(2, 2.0, 7, 2), day(0, 1.75, 13, 2)),
         repositories={"octo/gadgets": (day(2, 2.0, 7, 2),), "octo/widgets": (day(0, 1.75, 13, 2),)},
     )
-    assert store.deployment_spend(NOW) == (day(2, 2.0, 7, 2), day(0, 1.75, 13, 2))
+    assert store.spend_ledger(NOW).deployment == (day(2, 2.0, 7, 2), day(0, 1.75, 13, 2))
 
 
 def test_a_run_whose_agent_never_reported_adds_nothing(store: Store) -> None:
@@ -71,7 +71,7 @@ def test_the_day_is_the_utc_day_the_agent_ended_on(store: Store) -> None:
     late = datetime(2026, 11, 30, 23, 59, 30, tzinfo=UTC)
     store.record_spend(ended(WIDGETS, 1, late, cost=1.0, turns=1))
     store.record_spend(ended(WIDGETS, 2, late + timedelta(minutes=1), cost=2.0, turns=1))
-    assert store.deployment_spend(NOW) == (day(1, 1.0, 1, 1), day(0, 2.0, 1, 1))
+    assert store.spend_ledger(NOW).deployment == (day(1, 1.0, 1, 1), day(0, 2.0, 1, 1))
 
 
 def test_what_the_ledger_keeps_expires_after_the_window(store: Store) -> None:
@@ -82,8 +82,8 @@ def test_what_the_ledger_keeps_expires_after_the_window(store: Store) -> None:
     # A day past the window is not read, even while Redis still holds it.
     old = ended(WIDGETS, 2, NOW - timedelta(days=30), cost=9.0, turns=9)
     store.record_spend(old)
-    assert store.deployment_spend(NOW) == (day(0, 1.0, 2, 1),)
-    assert store.deployment_spend(NOW - timedelta(days=1)) == (day(30, 9.0, 9, 1),)
+    assert store.spend_ledger(NOW).deployment == (day(0, 1.0, 2, 1),)
+    assert store.spend_ledger(NOW - timedelta(days=1)).deployment == (day(30, 9.0, 9, 1),)
 
 
 def test_a_start_reads_the_deployments_and_its_repositorys_spend(store: Store) -> None:
@@ -105,7 +105,7 @@ def test_a_start_reads_the_deployments_and_its_repositorys_spend(store: Store) -
 
 
 def test_an_empty_ledger_reads_as_nothing_spent(store: Store) -> None:
-    assert store.deployment_spend(NOW) == ()
+    assert store.spend_ledger(NOW).deployment == ()
     assert store.spending("octo/widgets", Budgets(), NOW) == Spending()
     assert store.spend_ledger(NOW) == Ledger()
     assert not store.redis.exists(keys.spend_day(date(2026, 12, 1)))

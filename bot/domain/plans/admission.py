@@ -35,6 +35,9 @@ from bot.domain.spend import BudgetSpent, Spending, budget_spent, budget_wait_co
 from bot.ops.settings import Settings
 
 CLAIM_RETRY_S = 30.0
+# The attempt this one follows has ended and holds the claim only while it performs its
+# recovery, this job's enqueueing included: it gives the claim back in moments.
+HANDOVER_RETRY_S = 2.0
 SLOT_RETRY_S = 30.0
 
 
@@ -106,6 +109,7 @@ class Arrival(_Model):
     paused: bool
     claimed: bool = False
     holder: str | None = None  # who holds the claim, when another does
+    handing_over: bool = False  # the holder is the ended attempt this start follows
 
 
 def arrival(settings: Settings, facts: Arrival, now: datetime) -> Hold | Skip | Wait | None:
@@ -122,12 +126,13 @@ def arrival(settings: Settings, facts: Arrival, now: datetime) -> Hold | Skip | 
     # A recovery is owed to this issue: try again once the holder is done, rather than
     # lose it (a duplicate of this very job finds nothing to do then).
     job = run_issue_job(settings, issue, f"after-{facts.after}", mode, facts.after)
+    delay = HANDOVER_RETRY_S if facts.handing_over else CLAIM_RETRY_S
     return Wait(
         note=note,
         on="claim",
-        until=now + timedelta(seconds=CLAIM_RETRY_S),
+        until=now + timedelta(seconds=delay),
         job=job,
-        plan=(Enqueue(job=job, delay_s=CLAIM_RETRY_S),),
+        plan=(Enqueue(job=job, delay_s=delay),),
     )
 
 

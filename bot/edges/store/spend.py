@@ -110,15 +110,6 @@ class SpendStore(StoreBase):
             repository=_spent_days(days, replies, len(_MEASURES)),
         )
 
-    def deployment_spend(self, now: datetime) -> tuple[DaySpend, ...]:
-        """Return the deployment's spend on each day of the window at now that has some."""
-        days = window(now)
-        with self.redis.pipeline(transaction=False) as pipe:
-            for day in days:
-                pipe.hmget(keys.spend_day(day), _fields(None))
-            replies = cast(list[list[object]], pipe.execute())
-        return _spent_days(days, replies)
-
     def spend_ledger(self, now: datetime) -> Ledger:
         """Return the whole ledger over the window at now, and the repositories' own budgets."""
         days = window(now)
