@@ -92,13 +92,15 @@ class SettleHeadAt(_Effect):
 class HoldStart(_Effect):
     """Hold a start while its repository is paused: resuming the repository makes it.
 
-    text is the issue as queued, where the start carries it: the hold keeps it.
+    text is the issue as queued, where the start carries it: the hold keeps it, as it
+    keeps the agent a steerer picked for it.
     """
 
     issue: IssueRef
     mode: RunMode
     after: int
     text: Snapshot | None = None
+    agent: str | None = None
 
 
 class RecordWait(_Effect):

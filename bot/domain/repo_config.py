@@ -77,7 +77,8 @@ class AgentConfig(_FileModel):
     model: str | None = Field(
         default=None,
         description="The model the `claude`, `codex` and `aider` adapters ask for. "
-        "Unset: `BATON_AGENT_MODEL`.",
+        "Unset: `BATON_AGENT_MODEL` for the deployment's own agent, and the CLI's default "
+        "for another adapter.",
     )
     account: str | None = Field(
         default=None,
@@ -424,9 +425,13 @@ def apply_repo_config(settings: Settings, config: RepoConfig) -> Settings:
         if value is not None and key not in refused
     }
     adapter = update.get("agent", settings.agent)
-    if adapter != settings.agent and agent.account is None:
-        # Another adapter spends another account, not the deployment's default one.
-        update["agent_account"] = adapter
+    if adapter != settings.agent:
+        # Another adapter spends another account, and asks for its own model (the
+        # file's, or its CLI's default): the deployment's are its default agent's.
+        if agent.account is None:
+            update["agent_account"] = adapter
+        if agent.model is None:
+            update["agent_model"] = None
     return settings.model_copy(update=update)
 
 

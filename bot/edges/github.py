@@ -162,6 +162,7 @@ class Caller:
     installation_id: int | None = None
     minted_at: float | None = None
     on_budget: Callable[[RateBudget], None] | None = None
+    on_refused: Callable[[], None] | None = None  # GitHub refused the token for good: 401
 
     @property
     def series(self) -> str:
@@ -241,6 +242,10 @@ class GitHubClient(GitHubAPI):
             token_age_s=time.time() - minted_at if minted_at is not None else None,
         )
         if delay is None:
+            if exception.status_code == HTTPStatus.UNAUTHORIZED and self._caller.on_refused:
+                # Revoked, or otherwise dead: the next job mints a token afresh.
+                with _best_effort("dropping a refused token"):
+                    self._caller.on_refused()
             return False
         log.warning(
             "GitHub answered %s to %s %s; retry %d in %.1fs",
@@ -336,7 +341,13 @@ class GitHubApp:
         def record(budget: RateBudget) -> None:
             self._store.record_rate_limit(self.identity, installation_id, budget)
 
-        caller = Caller(installation_id, token.minted_at, record)
+        def refused() -> None:
+            log.warning(
+                "GitHub refused installation %d's token; it is minted again", installation_id
+            )
+            self._store.forget_installation_token(self.identity, installation_id)
+
+        caller = Caller(installation_id, token.minted_at, record, refused)
         return self._client(caller, str(installation_id), oauth_token=token.token)
 
     async def learn_bot_login(self) -> str:

@@ -57,7 +57,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     settings.app_id  # noqa: B018 - a worker without App credentials can do nothing useful
     settings.private_key  # noqa: B018
     if AGENTS in args.queues:
-        adapter_for(settings)  # refuse to start with an agent that cannot run
+        for agent in settings.agents:  # refuse to start with an agent that cannot run
+            adapter_for(settings.running(agent, settings))
         _check_sandbox(settings)
     retired = [name for name in args.queues if name in RETIRED_QUEUES]
     if retired:

@@ -113,6 +113,7 @@ async def run_issue(
         claimed=claim is not None,
         holder=store.lock_holder(issue) if claim is None else None,
         handing_over=claim is None and _handing_over(store.latest_run(issue), after),
+        agent=agent,
     )
     stop = arrival(services.settings, facts, utcnow())
     if stop is not None:

@@ -201,7 +201,7 @@ def _stored(services: Services, effect: Effect) -> bool:
 
 def _hold(services: Services, effect: HoldStart) -> None:
     """Hold the start, with the text it carries, for when its repository resumes."""
-    services.store.hold(effect.issue, effect.mode.value, effect.after)
+    services.store.hold(effect.issue, effect.mode.value, effect.after, effect.agent)
     text = effect.text
     if text is not None:
         services.store.update_queued_text(

@@ -189,8 +189,8 @@ async def _learn(
             return facts.model_copy(update={"found": await read_issue(gh, issue)})
         case "release":
             released = tuple(
-                HeldStart(number=number, mode=RunMode(mode), after=after)
-                for number, mode, after in store.resume_repo(issue.repo)
+                HeldStart(number=number, mode=RunMode(mode), after=after, agent=agent)
+                for number, mode, after, agent in store.resume_repo(issue.repo)
             )
             return facts.model_copy(update={"released": released})
 

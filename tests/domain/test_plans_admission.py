@@ -308,6 +308,13 @@ def claim_wait(mode: RunMode, delay_s: float = 30.0) -> Wait:
                 plan=(HoldStart(issue=ISSUE, mode=C, after=2),),
             ),
         ),
+        (  # the agent a steerer picked is held with the start
+            Arrival(issue=ISSUE, mode=F, after=0, paused=True, agent="codex"),
+            Hold(
+                note="octo/widgets is paused; holding a fresh run",
+                plan=(HoldStart(issue=ISSUE, mode=F, after=0, agent="codex"),),
+            ),
+        ),
         (
             Arrival(issue=ISSUE, mode=F, after=0, paused=False, holder="worker-1"),
             Skip(note="already claimed (worker-1); not starting a second run"),

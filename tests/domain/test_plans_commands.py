@@ -145,9 +145,10 @@ def declined(*effects: Effect, note: str | None = None, level: int = logging.INF
     )
 
 
-def resumed(number: int, mode: RunMode, after: int) -> Enqueue:
+def resumed(number: int, mode: RunMode, after: int, agent: str | None = None) -> Enqueue:
     issue = ISSUE.model_copy(update={"number": number})
-    return Enqueue(job=run_issue_job(SETTINGS, issue, f"resumed-{COMMENT}", mode, after))
+    key = f"resumed-{COMMENT}"
+    return Enqueue(job=run_issue_job(SETTINGS, issue, key, mode, after, agent=agent))
 
 
 def retried(mode: RunMode) -> tuple[SetLabel, Enqueue]:
@@ -239,12 +240,12 @@ ANSWERS: dict[str, tuple[CommandFacts, Answer | Need]] = {
         facts(
             "/baton resume",
             released=(
-                HeldStart(number=4, mode=RunMode.FRESH, after=0),
+                HeldStart(number=4, mode=RunMode.FRESH, after=0, agent="codex"),
                 HeldStart(number=9, mode=RunMode.CONTINUE, after=3),
             ),
         ),
         acted(
-            resumed(4, RunMode.FRESH, 0),
+            resumed(4, RunMode.FRESH, 0, "codex"),
             resumed(9, RunMode.CONTINUE, 3),
             note="octo/widgets: resumed by a maintainer; 2 held start(s) released",
         ),

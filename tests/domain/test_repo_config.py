@@ -593,6 +593,24 @@ def test_the_provider_account_follows_the_adapter_unless_named(
     assert settings.policy.account == account
 
 
+@pytest.mark.parametrize(
+    ("agent", "model"),
+    [
+        (AgentConfig(), "claude-opus-4-1"),  # the deployment's agent keeps its model
+        (AgentConfig(adapter="claude"), "claude-opus-4-1"),
+        (AgentConfig(adapter="codex"), None),  # another asks its CLI's default
+        (AgentConfig(adapter="codex", model="gpt-5-codex"), "gpt-5-codex"),
+    ],
+)
+def test_the_deployments_model_is_its_own_agents_only(
+    agent: AgentConfig, model: str | None
+) -> None:
+    settings = apply_repo_config(
+        deployment(BATON_AGENT_MODEL="claude-opus-4-1"), RepoConfig(agent=agent)
+    )
+    assert settings.agent_model == model
+
+
 def test_a_repository_s_labels_replace_the_deployment_s_one_by_one() -> None:
     applied = apply_repo_config(
         deployment(BATON_REVIEW_LABEL="ready"), parse_repo_config("labels:\n  queue: agent:go\n")

@@ -137,7 +137,7 @@ async def test_a_steerers_agent_label_picks_the_agent_and_a_strangers_is_ignored
     assert len(await maintainer.pulls(repo)) == 2
 
 
-async def test_a_start_a_pause_held_runs_as_queued_by_the_steerer_when_resumed(
+async def test_a_start_a_pause_held_runs_as_the_steerer_queued_it_when_resumed(
     stack: LocalBaton, maintainer: Maintainer, store: Store
 ) -> None:
     repo = await new_repo(maintainer, stack)
@@ -152,7 +152,7 @@ async def test_a_start_a_pause_held_runs_as_queued_by_the_steerer_when_resumed(
         )
 
     assert await command("/baton pause") == ["+1"]
-    assert await command("/baton start") == ["+1"]
+    assert await command("/baton start --agent aider") == ["+1"]
     await eventually(lambda: _held(store, issue), "the start held")
     assert await maintainer.labels(repo, number) == {"baton:queue"}
     # Baton put the label on: the resumed start is the writer's, not Baton's own.
@@ -163,6 +163,7 @@ async def test_a_start_a_pause_held_runs_as_queued_by_the_steerer_when_resumed(
         90,
     )
     assert run.state is RunState.PUSHED_GREEN, run.reason
+    assert run.agent == "aider", "the pause kept the agent the writer picked"
     queued = store.queued_text(issue)
     assert queued is not None and queued.queued is not None
     assert queued.queued.by == "octo-writer"

@@ -153,3 +153,19 @@ async def test_lists_are_read_whole_and_repeated_reads_are_free(
     assert counted["installation"]["not_modified"] == 2
     budget = store.rate_limit(app.identity, 1)
     assert budget is not None and 0 < budget.remaining < budget.limit
+
+
+async def test_a_token_github_refuses_for_good_is_dropped_and_the_next_one_minted(
+    app: GitHubApp, maintainer: Maintainer, store: Store
+) -> None:
+    """GitHub answers 401 Bad credentials for a revoked token, however long it was cached."""
+    await maintainer.gh.post("/user/repos", data={"name": "widgets"})
+    store.cache_installation_token(app.identity, 1, "ghs_revoked", 3000, 0.0)  # minted long ago
+    gh = await app.for_installation(1)
+    with pytest.raises(BadRequest) as refused:
+        await gh.getitem(REPO_PATH, {"repo": "maintainer/widgets"})
+    assert refused.value.status_code == 401
+    assert store.installation_token(app.identity, 1) is None, "the refused token is forgotten"
+    gh = await app.for_installation(1)  # the next job's client mints a new token
+    repo = await gh.getitem(REPO_PATH, {"repo": "maintainer/widgets"})
+    assert repo["name"] == "widgets"

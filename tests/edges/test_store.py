@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bot.domain.model import Chain, IssueRef, Labels, Run, RunState, utcnow
-from bot.edges.store import LapsedClaim, LockLost, Store
+from bot.edges.store import LapsedClaim, LockLost, Store, keys
 
 ISSUE = IssueRef(installation_id=1, repo="octo/widgets", number=12)
 
@@ -211,3 +211,19 @@ def test_a_lapsed_claim_taken_again_is_no_longer_lapsed_nor_forgotten(store: Sto
     assert store.heartbeat(successor)  # a heartbeat moves the lapse to its new lease
     time.sleep(0.2)
     assert store.lapsed_claims() == [LapsedClaim(ISSUE, locked=False, run=None)]
+
+
+def test_a_paused_repositorys_held_starts_come_back_with_their_agent(store: Store) -> None:
+    store.pause(ISSUE.repo, utcnow())
+    other = ISSUE.model_copy(update={"number": 13})
+    store.hold(ISSUE, "fresh", 0, "codex")
+    store.hold(other, "continue", 2)
+    # A start held before agents were kept reads back with none.
+    store.redis.hset(keys.held(ISSUE.repo), "14", "retry:1")
+    assert store.held_issues(ISSUE.repo) == [12, 13, 14]
+    assert store.resume_repo(ISSUE.repo) == [
+        (12, "fresh", 0, "codex"),
+        (13, "continue", 2, None),
+        (14, "retry", 1, None),
+    ]
+    assert store.paused_since(ISSUE.repo) is None and store.held_issues(ISSUE.repo) == []

@@ -109,6 +109,7 @@ class Arrival(_Model):
     paused: bool
     claimed: bool = False
     holder: str | None = None  # who holds the claim, when another does
+    agent: str | None = None  # the agent `/baton start --agent` picked, where its job says
     handing_over: bool = False  # the holder is the ended attempt this start follows
 
 
@@ -116,7 +117,9 @@ def arrival(settings: Settings, facts: Arrival, now: datetime) -> Hold | Skip | 
     """Return what becomes of a start that is not claimed; None once it is."""
     issue, mode = facts.issue, facts.mode
     if facts.paused:
-        hold = HoldStart(issue=issue, mode=mode, after=facts.after, text=facts.text)
+        hold = HoldStart(
+            issue=issue, mode=mode, after=facts.after, text=facts.text, agent=facts.agent
+        )
         return Hold(note=f"{issue.repo} is paused; holding a {mode.value} run", plan=(hold,))
     if facts.claimed:
         return None

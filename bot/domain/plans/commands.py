@@ -74,11 +74,13 @@ class Granted(_Model):
 
 
 class HeldStart(_Model):
-    """A start a pause held: the issue, how it starts, and the attempt it comes after."""
+    """A start a pause held: the issue, how it starts, the attempt it comes after, and the
+    agent a steerer picked for it."""
 
     number: int
     mode: RunMode
     after: int
+    agent: str | None = None
 
 
 class CommandFacts(_Model):
@@ -324,6 +326,7 @@ def _resume(settings: Settings, facts: CommandFacts) -> Answer | Need:
                 f"resumed-{facts.comment_id}",
                 held.mode,
                 held.after,
+                agent=held.agent,
             )
         )
         for held in facts.released

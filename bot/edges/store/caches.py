@@ -68,6 +68,10 @@ class CacheStore(StoreBase):
             key = keys.installation_token(app, installation_id)
             self.redis.set(key, f"{token} {minted_at}", ex=ttl_s)
 
+    def forget_installation_token(self, app: str, installation_id: int) -> None:
+        """Drop the cached token of the app's installation (GitHub refused it: revoked)."""
+        self.redis.delete(keys.installation_token(app, installation_id))
+
     def record_rate_limit(self, app: str, installation_id: int, budget: RateBudget) -> None:
         """Remember what GitHub last said of an installation's hourly request budget."""
         key = keys.rate_limits(app)  # one field per installation: a bounded set

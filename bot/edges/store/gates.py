@@ -147,8 +147,8 @@ class GateStore(StoreBase):
         """Hold every new claim in the repository until it is resumed."""
         self.redis.hsetnx(keys.PAUSED, repo, at.isoformat())
 
-    def resume_repo(self, repo: str) -> list[tuple[int, str, int]]:
-        """Lift the pause; return the held starts (issue number, run mode, attempt after)."""
+    def resume_repo(self, repo: str) -> list[tuple[int, str, int, str | None]]:
+        """Lift the pause; return the held starts (issue, run mode, attempt after, agent)."""
         key = keys.held(repo)
         with self.redis.pipeline() as pipe:
             pipe.hdel(keys.PAUSED, repo)
@@ -157,8 +157,8 @@ class GateStore(StoreBase):
             _, held, _ = pipe.execute()
         starts = []
         for number, start in cast(dict[str, str], held).items():
-            mode, after = start.split(":")
-            starts.append((int(number), mode, int(after)))
+            mode, after, *agent = start.split(":", 2)  # held before agents were kept: no agent
+            starts.append((int(number), mode, int(after), agent[0] if agent else None))
         return sorted(starts)
 
     def paused_since(self, repo: str) -> datetime | None:
@@ -166,9 +166,10 @@ class GateStore(StoreBase):
         value = self.redis.hget(keys.PAUSED, repo)
         return None if value is None else datetime.fromisoformat(text(value))
 
-    def hold(self, issue: IssueRef, mode: str, after: int) -> None:
+    def hold(self, issue: IssueRef, mode: str, after: int, agent: str | None = None) -> None:
         """Record a start a pause held, to be made when the repository is resumed."""
-        self.redis.hset(keys.held(issue.repo), str(issue.number), f"{mode}:{after}")
+        start = f"{mode}:{after}" if agent is None else f"{mode}:{after}:{agent}"
+        self.redis.hset(keys.held(issue.repo), str(issue.number), start)
 
     def held_issues(self, repo: str) -> list[int]:
         """Return the numbers of the repository's issues whose starts a pause holds."""
