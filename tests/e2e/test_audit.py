@@ -198,9 +198,13 @@ async def test_audit_hold_keeps_a_flagged_pr_from_review_and_escalates_it_once(
     files = {**PROJECT, ".github/baton.yml": "audit: hold\n"}
     repo = await new_repo(maintainer, stack, files)
     number = await queued_issue(maintainer, repo, "Greet with hello", f"agent: delete {TEST_PATH}")
-    run = await eventually(
-        lambda: run_state(store, repo, number, RunState.FAILED), "the run held", 90
-    )
+
+    async def held_and_escalated() -> Run | None:
+        # The run is held and classified first, then marked escalated by its recovery.
+        run = await run_state(store, repo, number, RunState.FAILED)
+        return run if run is not None and run.escalated else None
+
+    run = await eventually(held_and_escalated, "the run held", 90)
     assert run.failure_class == "audit-flagged" and run.escalated
     await eventually(
         lambda: _labels_are(maintainer, repo, number, {"baton:escalated"}), "the escalated label"

@@ -16,6 +16,7 @@ from tests.e2e.test_loop import (  # maintainer and store act on this module's o
     _comment_saying,
     _labels_are,
     baton_comments,
+    concluded,
     latest_run,
     maintainer,
     new_repo,
@@ -51,7 +52,7 @@ async def test_a_failing_setup_command_starts_no_agent_and_says_which(
     repo = await new_repo(maintainer, stack, {**PROJECT, ".github/baton.yml": config})
     number = await queued_issue(maintainer, repo, "Greet", GREETING_FIX)
     run = await eventually(
-        lambda: run_state(store, repo, number, RunState.FAILED), "the failed attempt", 60
+        lambda: concluded(store, repo, number, RunState.FAILED), "the failed attempt", 60
     )
     assert run.failure_class == "env-start-failure"
     assert (

@@ -108,6 +108,13 @@ async def run_state(store: Store, repo: str, number: int, *states: RunState) -> 
     return run if run is not None and run.state in states else None
 
 
+async def concluded(store: Store, repo: str, number: int, *states: RunState) -> Run | None:
+    """The latest run once it ended in one of states and was classified: a run is recorded
+    ended first, then classified by the same job."""
+    run = await run_state(store, repo, number, *states)
+    return run if run is not None and run.failure_class is not None else None
+
+
 async def baton_comments(maintainer: Maintainer, repo: str, number: int) -> list[dict[str, Any]]:
     return [
         c for c in await maintainer.comments(repo, number) if c["user"]["login"] == "baton[bot]"
@@ -586,12 +593,7 @@ async def test_a_maintainer_stops_a_live_run_and_its_work_is_kept(
     await eventually(sleeping, "the agent's commit", 60)
     await stop(maintainer, repo, number)
 
-    async def stopped_and_classified() -> Run | None:
-        # The run is recorded killed first, then classified by the same job.
-        run = await run_state(store, repo, number, RunState.KILLED)
-        return run if run is not None and run.failure_class is not None else None
-
-    run = await eventually(stopped_and_classified, "the stop", 30)
+    run = await eventually(lambda: concluded(store, repo, number, RunState.KILLED), "the stop", 30)
     assert run.failure_class == "admin-kill"
     assert run.agent_result is not None and run.agent_result.stop_reason == "cancelled"
     transcript = run.agent_result.transcript_path.read_text()
@@ -861,7 +863,7 @@ async def test_maintainers_steer_baton_from_comments_and_others_cannot(
     # A writer stops the live run: the work is kept, nothing else starts.
     assert await command("/baton stop", "octo-writer") == ["+1"]
     stopped = await eventually(
-        lambda: run_state(store, repo, number, RunState.KILLED), "the stopped run", 30
+        lambda: concluded(store, repo, number, RunState.KILLED), "the stopped run", 30
     )
     assert stopped.failure_class == "admin-kill"
     assert await command("/baton stop", "octo-writer") == ["confused"]  # nothing live to stop
