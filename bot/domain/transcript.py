@@ -37,13 +37,15 @@ _CREDENTIALS = (
     re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),  # AWS access key ids (Bedrock)
 )
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/-]{16,}=*")
+# Quotes may come escaped (`\"`): the CLIs' JSON lines carry what a tool printed as a string.
 _HEADER = re.compile(
-    r"(?i)\b((?:proxy-)?authorization|x-api-key|api-key)"
-    r"(\"?\s*[:=]\s*\"?(?:(?:basic|bearer|token)\s+)?)[^\s\"',;]+"
+    r"(?i)\b((?:proxy-)?authorization|x-api-key|api[-_]key)"
+    r"((?:\\?\")?\s*[:=]\s*(?:\\?\")?(?:(?:basic|bearer|token)\s+)?)[^\s\"',;\\]+"
 )
 _NAMED_SECRET = re.compile(
-    r"\b([A-Z][A-Z0-9_]*(?:API_KEY|TOKEN|SECRET|PASSWORD|ACCESS_KEY)\b[\"']?\s*[=:]\s*[\"']?)"
-    r"[^\s\"']+"
+    r"\b([A-Z][A-Z0-9_]*(?:API_KEY|TOKEN|SECRET|PASSWORD|ACCESS_KEY)\b"
+    r"(?:\\?[\"'])?\s*[=:]\s*(?:\\?[\"'])?)"
+    r"[^\s\"'\\]+"
 )
 
 _CLAUDE_TYPES = frozenset({"system", "assistant", "user", "result", "rate_limit_event"})
@@ -91,16 +93,20 @@ def kept_transcript(data: bytes, redact: Callable[[str], str], limit: int = KEPT
     """Return what Baton keeps of a transcript: its end, credentials masked.
 
     Past `limit` bytes only the last ones are kept, from the first line that starts
-    among them (so no credential is kept cut in half), under a first line saying how
-    much was cut. redact is Baton's masking of its log lines (GitHub tokens, JWTs,
-    private keys, URL credentials, the deployment's secrets); `masked` then takes the
-    providers' keys and bearer tokens.
+    among them (so no credential is kept cut in half; a line running through the cut is
+    masked before it is cut), under a first line saying how much was cut. redact is
+    Baton's masking of its log lines (GitHub tokens, JWTs, private keys, URL credentials,
+    the deployment's secrets); `masked` then takes the providers' keys and bearer tokens.
     """
     cut = 0
     if len(data) > limit:
         start = len(data) - limit
         newline = data.find(b"\n", start - 1)
-        cut = newline + 1 if 0 <= newline < len(data) - 1 else start
+        if 0 <= newline < len(data) - 1:
+            cut = newline + 1
+        else:  # one line runs through the cut: masked whole first, no half credential is kept
+            data = masked(redact(data.decode(errors="replace"))).encode()
+            cut = max(len(data) - limit, 0)
         data = data[cut:]
     text = masked(redact(data.decode(errors="replace")))
     return cut_note(cut, len(data)) + text if cut else text
@@ -116,7 +122,7 @@ def issue_named(name: str) -> IssueRef:
     records are found by repository and number alone, so none is needed here.
     """
     found = _ISSUE_NAME.match(name)
-    if found is None:
+    if found is None or {".", ".."} & set(found["repo"].split("/")):
         raise NoTranscript(f"{name!r} is not an issue: name it as OWNER/REPO#N")
     return IssueRef(installation_id=0, repo=found["repo"], number=int(found["number"]))
 

@@ -735,6 +735,8 @@ class Workspace:
                 except GitError:
                     named = await self.git.run(path, "diff", "--name-only", "-z", "--diff-filter=U")
                     conflicts = tuple(name for name in named.split("\0") if name)
+                    if not conflicts:  # a merge that failed without conflicting tried nothing
+                        raise
         return TrialMerge(
             parents=tuple(listed.split()[1:]), behind=behind_by > 0, conflicts=conflicts
         )

@@ -4,8 +4,9 @@ Baton runs as many processes on many machines, so counts add up in Redis
 (`Store.add_metrics`), not in any one process. A process tallies in memory
 (`Tally`) and writes a batch at a time; the web process renders what Redis
 holds, with gauges read at scrape time, as text exposition format 0.0.4.
-Every label value comes from a small fixed set: never a repository, an issue
-or a delivery id.
+Every stored label value comes from a small fixed set: never a repository, an
+issue or a delivery id. The spend gauges alone name repositories, read from the
+ledger at scrape time: only those agents spent on in the rolling 30 days.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import enum
 import itertools
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
@@ -459,32 +460,29 @@ def spend_gauges(ledger: Ledger, budget_usd: float | None, now: datetime) -> lis
             "30d": total(in_window(days, now)),
         }
 
-    deployment = windows(ledger.deployment)
-    repos = {repo: windows(days) for repo, days in sorted(ledger.repositories.items())}
+    def family(
+        metric: Metric,
+        spends: Mapping[tuple[str, ...], dict[str, AgentSpend]],
+        measure: Callable[[AgentSpend], float],
+    ) -> Family:
+        return Family(
+            metric,
+            [
+                Series((*labels, window), measure(spent))
+                for labels, in_windows in spends.items()
+                for window, spent in in_windows.items()
+            ],
+        )
+
+    Spends = dict[tuple[str, ...], dict[str, AgentSpend]]  # labels before the window's
+    deployment: Spends = {(): windows(ledger.deployment)}
+    repos: Spends = {(repo,): windows(days) for repo, days in ledger.repositories.items()}
     budget = [Series((), budget_usd)] if budget_usd is not None else []
     return [
-        Family(
-            AGENT_SPEND, [Series((name,), spent.cost_usd) for name, spent in deployment.items()]
-        ),
-        Family(
-            AGENT_SPEND_TURNS, [Series((name,), spent.turns) for name, spent in deployment.items()]
-        ),
-        Family(
-            REPO_SPEND,
-            [
-                Series((repo, name), spent.cost_usd)
-                for repo, spent_in in repos.items()
-                for name, spent in spent_in.items()
-            ],
-        ),
-        Family(
-            REPO_SPEND_TURNS,
-            [
-                Series((repo, name), spent.turns)
-                for repo, spent_in in repos.items()
-                for name, spent in spent_in.items()
-            ],
-        ),
+        family(AGENT_SPEND, deployment, lambda spent: spent.cost_usd),
+        family(AGENT_SPEND_TURNS, deployment, lambda spent: spent.turns),
+        family(REPO_SPEND, repos, lambda spent: spent.cost_usd),
+        family(REPO_SPEND_TURNS, repos, lambda spent: spent.turns),
         Family(MONTHLY_BUDGET, budget),
     ]
 

@@ -14,6 +14,8 @@ An agent label counts as a command does: only when a steerer put it on.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from bot.domain.commands import (
     Command,
@@ -68,17 +70,30 @@ async def handle_command(
         if not store.first_command(repo, comment_id):
             log.info("%s#%d: command in comment %d was handled already", repo, number, comment_id)
             return None
-        # Known before Baton labels anything: the web process then tells its own events apart.
-        await app.learn_bot_login()
-        judged = await repository_settings(gh, store, settings, repo)
-        standing = await standing_of(gh, store, judged, repo, login, kind)
-        commented = IssueRef(installation_id=installation_id, repo=repo, number=number)
-        facts = _facts(services, command, standing, comment, commented, judged)
-        answer = await _answer(services, gh, facts)
-        if answer.note is not None:
-            log.log(answer.level, "%s", answer.note)
-        await execute(services, gh, answer.effects)
-        return answer.reaction
+        with _or_forgotten(lambda: store.forget_command(repo, comment_id)):
+            # Known before Baton labels anything: the web process then tells its own events
+            # apart.
+            await app.learn_bot_login()
+            judged = await repository_settings(gh, store, settings, repo)
+            standing = await standing_of(gh, store, judged, repo, login, kind)
+            commented = IssueRef(installation_id=installation_id, repo=repo, number=number)
+            facts = _facts(services, command, standing, comment, commented, judged)
+            answer = await _answer(services, gh, facts)
+            if answer.note is not None:
+                log.log(answer.level, "%s", answer.note)
+            await execute(services, gh, answer.effects)
+            return answer.reaction
+
+
+@contextmanager
+def _or_forgotten(forget: Callable[[], None]) -> Iterator[None]:
+    """Forget that a comment or re-run was handled when handling it fails, so the job's
+    retry handles it (marked first, a duplicate delivery meanwhile still does nothing)."""
+    try:
+        yield
+    except BaseException:
+        forget()
+        raise
 
 
 RERUN_TEXT = "Re-run of Baton's check run"  # what the log quotes, as it quotes a comment
@@ -100,7 +115,7 @@ async def handle_rerun(
     nothing on GitHub and is logged. Each re-run is handled once, however delivered.
     Returns the reaction a comment would have had.
     """
-    store, settings = services.store, services.settings
+    store = services.store
     found = store.run_for_head(repo, head_sha)
     if found is None:
         log.info("%s: re-run of a check run on %.12s, a head Baton did not push", repo, head_sha)
@@ -109,6 +124,20 @@ async def handle_rerun(
         log.info("%s: re-run %s was handled already", repo, delivery_id)
         return None
     issue = found[0]
+    with _or_forgotten(lambda: store.forget_rerun(repo, delivery_id)):
+        return await _rerun(services, installation_id, repo, issue, login, kind, delivery_id)
+
+
+async def _rerun(
+    services: Services,
+    installation_id: int,
+    repo: str,
+    issue: IssueRef,
+    login: str,
+    kind: str,
+    delivery_id: str,
+) -> Reaction | None:
+    store, settings = services.store, services.settings
     async with github_app(settings, store) as app:
         gh = await app.for_installation(installation_id)
         await app.learn_bot_login()  # as for a command: Baton may label the issue now

@@ -213,7 +213,7 @@ def test_times_and_job_arguments_are_read_strictly() -> None:
     assert from_job("t", "b", T0.isoformat(), "sweep", "m") == snapshot("t", "b", T0, "m", "sweep")
 
 
-def test_the_store_keeps_the_record_until_the_issue_is_closed(store: Store) -> None:
+def test_the_store_keeps_the_record_until_baton_forgets_the_issue(store: Store) -> None:
     assert store.queued_text(ISSUE) is None
     assert store.update_queued_text(ISSUE, lambda current: queue(current, queued_at(0)))
     assert store.update_queued_text(ISSUE, lambda current: queue(current, queued_at(0))) is None
@@ -223,7 +223,7 @@ def test_the_store_keeps_the_record_until_the_issue_is_closed(store: Store) -> N
     assert text is not None and text.body == "as edited"
     ttl = store.redis.ttl(f"baton:issue:{ISSUE.repo}:{ISSUE.number}:queued-text")
     assert 0 < int(ttl) <= 90 * 24 * 3600  # type: ignore[arg-type]
-    store.forget_queued_text(ISSUE)
+    store.forget_issue(ISSUE)  # deleted, transferred, or its runs expired
     assert store.queued_text(ISSUE) is None
 
 

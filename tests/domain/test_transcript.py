@@ -139,6 +139,13 @@ def test_an_issue_is_named_owner_repo_number() -> None:
             issue_named(name)
 
 
+def test_dot_names_are_no_repository() -> None:
+    """GitHub refuses `.` and `..` as names; a path built from one would leave its folder."""
+    for name in ("../x#1", "octo/..#1", "./.#1"):
+        with pytest.raises(NoTranscript, match="OWNER/REPO#N"):
+            issue_named(name)
+
+
 def agent_result(ended: datetime) -> AgentResult:
     return AgentResult(
         agent="claude",
@@ -437,3 +444,18 @@ def test_plain_text_runs_together_and_errors_and_batons_notes_stand_out() -> Non
 def test_the_note_of_a_cut_reads_as_batons() -> None:
     kept = kept_transcript(b"a" * 50 + b"\nrest\n", redact, limit=10)
     assert view_of(kept)[0] == Notice(tone="info", text=cut_note(51, 5).strip())
+
+
+def test_secrets_in_a_clis_json_line_are_masked_and_the_line_stays_json() -> None:
+    printed = 'DB_PASSWORD="hunter2secret" then api_key: "abcdefgh12345678"'
+    line = json.dumps({"type": "user", "content": printed})
+    kept = masked(line)
+    assert "hunter2secret" not in kept and "abcdefgh12345678" not in kept
+    assert json.loads(kept)["content"] == 'DB_PASSWORD="***" then api_key: "***"'
+
+
+def test_a_cut_inside_one_long_line_keeps_no_half_credential() -> None:
+    key = "sk-" + "a" * 40
+    data = ("x" * 50 + f" {key} " + "y" * 50).encode()
+    kept = kept_transcript(data, lambda text: text, limit=80)
+    assert "aaaa" not in kept, kept

@@ -93,6 +93,22 @@ async def computed(sandbox: Sandbox, number: int) -> Payload:
 # ---------------------------------------------------------------- check runs an App creates
 
 
+async def test_a_refused_check_run_update_changes_nothing(sandbox: Sandbox) -> None:
+    """GitHub ("Update a check run"): conclusion is "Required if you provide
+    `completed_at`"; a request it refuses (422) leaves the run as it was."""
+    await sandbox.new_repo()
+    token = await sandbox.installation_token()
+    _, head = await sandbox.push_branch("baton/issue-1", {".sandbox/ci": CI_PASS}, auth=token)
+    body = {"name": "Baton", "head_sha": head, "conclusion": "success"}
+    run = await sandbox.ok("POST", f"{REPO}/check-runs", body, status=201, auth=token)
+    path = f"{REPO}/check-runs/{run['id']}"
+    refused = {"status": "queued", "completed_at": "2024-05-01T10:00:00Z"}
+    assert (await sandbox.call("PATCH", path, refused, auth=token)).status == 422
+    kept = await sandbox.ok("GET", path, auth=token)
+    assert (kept["status"], kept["conclusion"]) == ("completed", "success")
+    assert kept["completed_at"] == run["completed_at"]
+
+
 async def test_an_apps_check_run_goes_from_in_progress_to_completed_in_its_own_suite(
     sandbox: Sandbox,
 ) -> None:

@@ -219,15 +219,15 @@ class IssueStateStore(StoreBase):
                 except WatchError:
                     continue
 
-    def forget_queued_text(self, issue: IssueRef) -> None:
-        """Drop the issue's text record (the issue was closed)."""
-        self.redis.delete(keys.queued_text(issue))
-
     # What was handled or told once ------------------------------------------
 
     def first_command(self, repo: str, comment_id: int) -> bool:
         """Record that a command comment was handled; False if it was before (a redelivery)."""
         return bool(self.redis.set(keys.command(repo, comment_id), "1", nx=True, ex=RUN_TTL_S))
+
+    def forget_command(self, repo: str, comment_id: int) -> None:
+        """Let a retried job handle a command whose handling failed."""
+        self.redis.delete(keys.command(repo, comment_id))
 
     def first_review(self, repo: str, review_id: int) -> bool:
         """Record that a review acted on a run; False if one did before (a redelivery)."""
@@ -236,6 +236,10 @@ class IssueStateStore(StoreBase):
     def first_rerun(self, repo: str, delivery_id: str) -> bool:
         """Record that a re-run of Baton's check run was handled; False if it was before."""
         return bool(self.redis.set(keys.rerun(repo, delivery_id), "1", nx=True, ex=RUN_TTL_S))
+
+    def forget_rerun(self, repo: str, delivery_id: str) -> None:
+        """Let a retried job handle a re-run whose handling failed."""
+        self.redis.delete(keys.rerun(repo, delivery_id))
 
     def first_queue_refusal(self, issue: IssueRef) -> bool:
         """Record that the issue was told who may queue it; False if it was already."""

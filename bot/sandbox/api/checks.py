@@ -97,8 +97,16 @@ def _apply(run: CheckRun, body: CheckRunBody) -> None:
     GitHub: conclusion is "Required if you provide `completed_at` or a `status` of
     `completed`", and "Providing `conclusion` will automatically set the `status`
     parameter to `completed`." A run moved back to queued or in progress loses its
-    conclusion, so that completing it again is announced again.
+    conclusion, so that completing it again is announced again. A request refused
+    changes nothing of the run, as on GitHub.
     """
+    updated = run.model_copy(deep=True)
+    _update(updated, body)
+    for field in type(run).model_fields:
+        setattr(run, field, getattr(updated, field))
+
+
+def _update(run: CheckRun, body: CheckRunBody) -> None:
     for field in ("name", "details_url", "external_id"):
         if (value := getattr(body, field)) is not None:
             setattr(run, field, value)
