@@ -36,7 +36,7 @@ from bot.devkit.maintainer import Maintainer, eventually
 from bot.domain.model import IssueRef, RunState
 from bot.edges.store import Store
 
-AGENT = Path(__file__).parents[1] / "tests" / "agents" / "scripted_agent.py"
+AGENT = Path(__file__).parents[1] / "tests" / "stand_ins" / "scripted_agent.py"
 PROJECT = {"README.md": "# takeover\n", "greeting.txt": "hi\n"}
 BRIEF = "agent@1: sleep 900\nagent@2: write greeting.txt hello"
 GOAL_S = 90.0
