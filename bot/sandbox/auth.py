@@ -21,6 +21,8 @@ from bot.sandbox.rest import bad_credentials, suspended
 from bot.sandbox.state import State, Token, iso, parse_iso
 
 APP_ID = 1
+# An App's client ID, which GitHub recommends as its JWTs' issuer over the numeric id.
+APP_CLIENT_ID = "Iv23liSandboxBaton01"
 APP_SLUG = "baton"
 APP_NAME = "Baton"
 BOT_LOGIN = "baton[bot]"
@@ -28,6 +30,13 @@ CI_APP_ID = 2
 CI_APP_SLUG = "sandbox-ci"
 CI_APP_NAME = "Sandbox CI"
 CI_BOT_LOGIN = "sandbox-ci[bot]"
+CI_CLIENT_ID = "Iv23liSandboxCi00001"
+# A second App with `checks: write`, such as a linter, installed on an account through the
+# admin API: it gets a check suite on every push and never starts a run in it.
+LINT_APP_ID = 3
+LINT_APP_SLUG = "sandbox-lint"
+LINT_APP_NAME = "Sandbox Lint"
+LINT_CLIENT_ID = "Iv23liSandboxLint001"
 ADMIN_LOGIN = "maintainer"
 TOKEN_LIFETIME = datetime.timedelta(hours=1)
 MAX_JWT_LIFETIME = 600
@@ -126,32 +135,35 @@ class Authenticator:
         return Actor("installation", BOT_LOGIN, found.installation_id, ids, APP_ID, granted)
 
     def _from_jwt(self, token: str) -> Actor:
+        """Authenticate an App's JWT, its issuer the App's client ID or its numeric id.
+
+        GitHub ("Generating a JSON Web Token (JWT) for a GitHub App"): `iss` is "The client
+        ID or application ID of your GitHub App. Use of the client ID is recommended."
+        """
         try:
             issuer = str(jwt.decode(token, options={"verify_signature": False})["iss"])
+            app_id, key = self._app_of(issuer)
             claims = jwt.decode(
-                token,
-                self._public_key_of(issuer),
-                algorithms=["RS256"],
-                options={"require": ["exp", "iat", "iss"]},
+                token, key, algorithms=["RS256"], options={"require": ["exp", "iat", "iss"]}
             )
         except (jwt.PyJWTError, KeyError, ValueError) as exc:
             raise bad_credentials() from exc
         # GitHub refuses JWTs that live longer than ten minutes; one second covers rounding.
         if claims["exp"] > time.time() + MAX_JWT_LIFETIME + 1:
             raise bad_credentials()
-        return Actor("app", None, app_id=int(issuer))
+        return Actor("app", None, app_id=app_id)
 
-    def _public_key_of(self, issuer: str) -> rsa.RSAPublicKey:
-        """Return the key that verifies an App's JWTs: Baton's own, or a registered App's."""
-        if issuer == str(APP_ID):
-            return self.public_key
-        registered = next((a for a in self.state.apps if str(a.id) == issuer), None)
+    def _app_of(self, issuer: str) -> tuple[int, rsa.RSAPublicKey]:
+        """Return the App a JWT's issuer names and the key that verifies its JWTs."""
+        if issuer in (str(APP_ID), APP_CLIENT_ID):
+            return APP_ID, self.public_key
+        registered = next((a for a in self.state.apps if issuer in (str(a.id), a.client_id)), None)
         if registered is None:
             raise ValueError(f"no App {issuer}")
         key = serialization.load_pem_public_key(registered.public_key.encode())
         if not isinstance(key, rsa.RSAPublicKey):
             raise ValueError(f"App {issuer} has no RSA key")
-        return key
+        return registered.id, key
 
     def mint(
         self,

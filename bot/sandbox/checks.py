@@ -9,7 +9,7 @@ from bot.sandbox import ci, pulls
 from bot.sandbox.auth import APP_ID, CI_APP_ID, CI_BOT_LOGIN
 from bot.sandbox.git_backend import GitError
 from bot.sandbox.hub import Hub
-from bot.sandbox.render import suite_outcome
+from bot.sandbox.render import latest_runs, suite_outcome
 from bot.sandbox.rest import Json
 from bot.sandbox.state import CheckOutput, CheckRun, CheckSuite, Repo, utc_now
 
@@ -118,20 +118,70 @@ async def rerequest(hub: Hub, repo: Repo, run: CheckRun, sender: str) -> None:
     suite = repo.suite(run.suite_id)
     assert suite is not None
     body = {"check_run": await run_json(hub, repo, run)}
-    suite.requeued = True
-    suite.updated_at = utc_now()
+    _requeue(suite)
     if run.app_id == APP_ID:
         hub.emit(repo, "check_run", sender, body, "rerequested")
     elif run.app_id == CI_APP_ID:
-        again = CheckRun(
+        await _run_again(hub, repo, suite, [run])
+
+
+async def rerequest_suite(hub: Hub, repo: Repo, suite: CheckSuite, sender: str) -> None:
+    """Ask a suite's App to run all its checks again, as "Re-run all checks" does.
+
+    GitHub ("Rerequest a check suite"): it "will trigger a check_suite webhook event with
+    the action rerequested" to the suite's App, and "its status is reset to queued and the
+    conclusion is cleared." Baton gets the webhook; the sandbox's CI runs each of the
+    suite's latest checks again.
+    """
+    _requeue(suite)
+    if suite.app_id == APP_ID:
+        rendered = await suite_json(hub, repo, suite, webhook=True)
+        for field in ("rerequestable", "runs_rerequestable"):  # the rerequested form has neither
+            rendered.pop(field)
+        hub.emit(repo, "check_suite", sender, {"check_suite": rendered}, "rerequested")
+    elif suite.app_id == CI_APP_ID:
+        await _run_again(hub, repo, suite, latest_runs(repo.runs_of(suite.id)))
+
+
+def _requeue(suite: CheckSuite) -> None:
+    suite.requeued = True
+    suite.updated_at = utc_now()
+
+
+async def _run_again(hub: Hub, repo: Repo, suite: CheckSuite, runs: list[CheckRun]) -> None:
+    """Run CI checks again, each in a new run of the same name in the same suite."""
+    again = [
+        CheckRun(
             id=hub.state.next_id(),
             suite_id=suite.id,
             app_id=CI_APP_ID,
             name=run.name,
             head_sha=run.head_sha,
         )
-        await create_run(hub, repo, suite, again, CI_BOT_LOGIN)
-        hub.spawn(_run_checks(hub, repo.id, {again.id}))
+        for run in runs
+    ]
+    for run in again:
+        await create_run(hub, repo, suite, run, CI_BOT_LOGIN)
+    hub.spawn(_run_checks(hub, repo.id, {run.id for run in again}))
+
+
+async def queue_suites(
+    hub: Hub, repo: Repo, branch: str, before: str, after: str, sender: str
+) -> None:
+    """Create a queued check suite, with no runs, for every App that may write checks.
+
+    GitHub ("Using the REST API to interact with checks"): "By default, GitHub creates a
+    check suite automatically when code is pushed to the repository. This default flow
+    sends the check_suite event (with requested action) to all GitHub App's that have the
+    checks:write permission." An App that never creates a run leaves its suite queued
+    with no runs; one that does finds it here. Only Baton's own `requested` reaches
+    Baton's webhook.
+    """
+    for app_id in hub.checks_apps(repo.owner):
+        suite, new = suite_for(hub, repo, app_id, after, branch, before)
+        if new and app_id == APP_ID:
+            body = {"check_suite": await suite_json(hub, repo, suite, webhook=True)}
+            hub.emit(repo, "check_suite", sender, body, "requested")
 
 
 async def start_ci(hub: Hub, repo: Repo, branch: str, before: str, after: str, sender: str) -> None:

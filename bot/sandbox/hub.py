@@ -6,7 +6,7 @@ import asyncio
 import pathlib
 import random
 from collections import defaultdict
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -14,6 +14,7 @@ from aiohttp import web
 from bot.domain.manifest import AppManifest
 from bot.sandbox.auth import (
     ADMIN_LOGIN,
+    APP_CLIENT_ID,
     APP_ID,
     APP_NAME,
     APP_SLUG,
@@ -22,6 +23,11 @@ from bot.sandbox.auth import (
     CI_APP_NAME,
     CI_APP_SLUG,
     CI_BOT_LOGIN,
+    CI_CLIENT_ID,
+    LINT_APP_ID,
+    LINT_APP_NAME,
+    LINT_APP_SLUG,
+    LINT_CLIENT_ID,
     Actor,
     Authenticator,
     load_or_create_key,
@@ -52,6 +58,8 @@ CI_CONCURRENCY = 2
 SAVE_DELAY = 0.2
 CI_APP_PERMISSIONS = {"checks": "write", "contents": "read", "metadata": "read"}
 CI_APP_EVENTS = ["check_run", "check_suite", "push"]
+LINT_APP_PERMISSIONS = {"checks": "write", "contents": "read", "metadata": "read"}
+LINT_APP_EVENTS = ["check_suite"]
 
 
 class Hub:
@@ -78,7 +86,8 @@ class Hub:
         self.state = self.store.load()
         self.permissions = dict(manifest.default_permissions)
         self.events = list(manifest.default_events)
-        for slug in (APP_SLUG, CI_APP_SLUG):  # every App has its bot account from the start
+        # Every App has its bot account from the start.
+        for slug in (APP_SLUG, CI_APP_SLUG, LINT_APP_SLUG):
             self.user(f"{slug}[bot]")
         self.rng = random.Random(0)  # noqa: S311 - seeded on purpose: injected faults must repeat
         self.faults = Faults(self.rng)
@@ -154,35 +163,37 @@ class Hub:
         return self._locks[repo.id]
 
     def app_facts(self, app_id: int) -> AppFacts:
-        """Describe an App: Baton, the sandbox's CI, or one registered from a manifest."""
+        """Describe an App: Baton, the sandbox's CI or linter, or one registered from a manifest."""
         created = self.state.secrets.created_at
-        if app_id == APP_ID:
+        built_in: dict[int, tuple[str, str, str, Mapping[str, str], Sequence[str]]] = {
+            APP_ID: (APP_CLIENT_ID, APP_SLUG, APP_NAME, self.permissions, self.events),
+            CI_APP_ID: (CI_CLIENT_ID, CI_APP_SLUG, CI_APP_NAME, CI_APP_PERMISSIONS, CI_APP_EVENTS),
+            LINT_APP_ID: (
+                LINT_CLIENT_ID,
+                LINT_APP_SLUG,
+                LINT_APP_NAME,
+                LINT_APP_PERMISSIONS,
+                LINT_APP_EVENTS,
+            ),
+        }
+        if app_id in built_in:
+            client_id, slug, name, permissions, events = built_in[app_id]
             return AppFacts(
-                APP_ID,
-                APP_SLUG,
-                APP_NAME,
+                app_id,
+                client_id,
+                slug,
+                name,
                 ADMIN_LOGIN,
-                f"{APP_NAME} (sandbox GitHub)",
+                f"{name} (sandbox GitHub)",
                 self.public_url,
-                self.permissions,
-                self.events,
-                created,
-            )
-        if app_id == CI_APP_ID:
-            return AppFacts(
-                CI_APP_ID,
-                CI_APP_SLUG,
-                CI_APP_NAME,
-                ADMIN_LOGIN,
-                f"{CI_APP_NAME} (sandbox GitHub)",
-                self.public_url,
-                CI_APP_PERMISSIONS,
-                CI_APP_EVENTS,
+                permissions,
+                events,
                 created,
             )
         app = or_not_found(next((a for a in self.state.apps if a.id == app_id), None))
         return AppFacts(
             app.id,
+            app.client_id,
             app.slug,
             app.name,
             app.owner,
@@ -201,15 +212,28 @@ class Hub:
         """Return an App's installation on an account."""
         return next((i for i in self.installations_of(app_id) if i.account == account), None)
 
-    def ensure_installation(self, account: str) -> Installation:
-        """Install the App on an account if it is not yet installed."""
-        found = self.installation(account)
+    def ensure_installation(self, account: str, app_id: int = APP_ID) -> Installation:
+        """Install an App on an account if it is not yet installed."""
+        found = self.installation(account, app_id)
         if found is None:
             found = Installation(
-                id=self.state.next_installation_id(), account=account, created_at=utc_now()
+                id=self.state.next_installation_id(),
+                account=account,
+                created_at=utc_now(),
+                app_id=app_id,
             )
             self.state.installations.append(found)
         return found
+
+    def checks_apps(self, account: str) -> list[int]:
+        """Return the Apps installed on an account, not suspended, that may write checks."""
+        return [
+            inst.app_id
+            for inst in self.state.installations
+            if inst.account == account
+            and inst.suspended_at is None
+            and self.app_facts(inst.app_id).permissions.get("checks") == "write"
+        ]
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a background task the hub keeps track of (and cancels on shutdown)."""

@@ -31,6 +31,17 @@ from bot.sandbox.render import PullFacts, suite_outcome
 from bot.sandbox.state import Issue, MergeCheck, Pull, Repo
 
 
+def drafts_allowed(hub: Hub, repo: Repo) -> bool:
+    """Tell whether a repository may have draft pull requests.
+
+    GitHub ("Create a pull request"): "Draft pull requests are available in public
+    repositories with GitHub Free and GitHub Free for organizations, GitHub Pro, and legacy
+    per-repository billing plans, and in public and private repositories with GitHub Team
+    and GitHub Enterprise Cloud."
+    """
+    return not repo.private or hub.user(repo.owner).plan in ("team", "enterprise")
+
+
 def open_pulls(repo: Repo) -> list[Issue]:
     """Return the open pull requests of a repository."""
     return [i for i in repo.issues.values() if i.pull is not None and i.state == "open"]
@@ -108,7 +119,8 @@ def _mergeable_state(repo: Repo, issue: Issue, mergeable: bool) -> str:
     if issue.pull.draft:
         return "draft"
     head = issue.pull.head_sha
-    suites = [s for s in repo.check_suites if s.head_sha == head]
+    # A suite no App started a run in shows nowhere on the pull request.
+    suites = [s for s in repo.check_suites if s.head_sha == head and repo.runs_of(s.id)]
     checks = [suite_outcome(s, repo.runs_of(s.id)) for s in suites]
     latest = {s.context: s.state for s in repo.statuses if s.sha == head}
     green = all(c == ("completed", "success") or c[1] in ("neutral", "skipped") for c in checks)

@@ -53,6 +53,7 @@ async def apply(hub: Hub, repo: Repo, updates: list[RefUpdate], sender: str) -> 
                     before=update.before,
                     after=update.after,
                 )
+        await checks.queue_suites(hub, repo, update.branch, update.before, update.after, sender)
         await checks.start_ci(hub, repo, update.branch, update.before, update.after, sender)
     hub.changed()
 

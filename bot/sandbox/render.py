@@ -42,6 +42,7 @@ class AppFacts:
     """What GitHub shows of an App."""
 
     id: int
+    client_id: str
     slug: str
     name: str
     owner: str
@@ -125,7 +126,8 @@ class Render:
         }
 
     def app(self, app_id: int, installations_count: bool = False) -> Json:
-        """Render a GitHub App (integration); GET /app also counts its installations."""
+        """Render a GitHub App (integration); GET /app also names its client ID and counts its
+        installations."""
         facts = self.app_of(app_id)
         data: Json = {
             "id": facts.id,
@@ -142,6 +144,7 @@ class Render:
             "events": list(facts.events),
         }
         if installations_count:
+            data["client_id"] = facts.client_id
             data["installations_count"] = len(self.installations_of(app_id))
         return data
 

@@ -13,6 +13,8 @@ from pydantic import BaseModel, Field
 
 IssueState = Literal["open", "closed"]
 UserType = Literal["User", "Bot", "Organization"]
+# An account's GitHub plan; what a private repository may use depends on it.
+Plan = Literal["free", "pro", "team", "enterprise"]
 
 
 def utc_now() -> str:
@@ -41,6 +43,7 @@ class User(BaseModel):
     login: str
     id: int
     type: UserType = "User"
+    plan: Plan = "free"  # every account starts on GitHub Free
 
 
 class Installation(BaseModel):

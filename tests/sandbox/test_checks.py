@@ -8,6 +8,7 @@ Each test names the GitHub behaviour it mirrors.
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -621,3 +622,81 @@ async def test_a_maintainers_push_to_the_base_branch_sends_githubs_push_payload(
     assert payload["repository"]["full_name"] == "maintainer/demo"
     assert payload["installation"]["id"] == 1
     assert (payload["pusher"]["name"], payload["sender"]["login"]) == ("maintainer", "maintainer")
+
+
+async def test_drafts_are_refused_on_a_free_plans_private_repositories(sandbox: Sandbox) -> None:
+    """Mirrors https://docs.github.com/en/rest/pulls/pulls#create-a-pull-request: "Draft
+    pull requests are available in public repositories with GitHub Free ..., and in public
+    and private repositories with GitHub Team and GitHub Enterprise Cloud." A draft on a
+    private repository of an account on GitHub Free is refused with 422, "Draft pull
+    requests are not supported in this repository."; the same pull request opens when it
+    is not a draft, and drafts open once the account is on GitHub Team.
+    """
+    body = {"name": "secret", "auto_init": True, "private": True}
+    await sandbox.ok("POST", "/user/repos", body, status=201)
+    token = await sandbox.installation_token("maintainer/secret")
+    clone = sandbox.work / "secret"
+    basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+    header = f"http.extraheader=Authorization: Basic {basic}"
+    await sandbox.git(
+        "-c", header, "clone", "-q", f"{sandbox.url}/maintainer/secret.git", str(clone)
+    )
+    await sandbox.git("checkout", "-q", "-b", "baton/issue-1", cwd=clone)
+    await sandbox.commit(clone, {"a.txt": "a\n"}, "work")
+    await sandbox.push(clone, "baton/issue-1", auth=token)
+    pulls = "/repos/maintainer/secret/pulls"
+    draft = {"title": "Fix", "head": "baton/issue-1", "base": "main", "draft": True}
+
+    refused = await sandbox.call("POST", pulls, draft, auth=token)
+    assert refused.status == 422
+    assert refused.json["errors"] == [
+        {
+            "resource": "PullRequest",
+            "code": "custom",
+            "message": "Draft pull requests are not supported in this repository.",
+        }
+    ]
+    assert await sandbox.ok("GET", pulls, auth=token) == []
+    opened = await sandbox.ok("POST", pulls, {**draft, "draft": False}, status=201, auth=token)
+    assert opened["draft"] is False
+
+    await sandbox.ok("PUT", "/_sandbox/users/maintainer/plan", {"plan": "team"}, status=204)
+    await sandbox.ok("PATCH", f"{pulls}/{opened['number']}", {"state": "closed"}, auth=token)
+    reopened = await sandbox.ok("POST", pulls, draft, status=201, auth=token)
+    assert reopened["draft"] is True
+
+
+async def test_re_run_all_checks_sends_the_suites_app_check_suite_rerequested(
+    sandbox: Sandbox,
+) -> None:
+    """Mirrors https://docs.github.com/en/rest/checks/suites#rerequest-a-check-suite: it
+    "will trigger a check_suite webhook event with the action rerequested", to the suite's
+    App, sent by the person who asked; "its status is reset to queued and the conclusion
+    is cleared." A suite still under way is not rerequestable; a reader may not re-run.
+    """
+    await sandbox.new_repo()
+    token = await sandbox.installation_token()
+    maintainer = maintainer_of(sandbox)
+    await maintainer.grant("maintainer/demo", "alice", "write")
+    await maintainer.grant("maintainer/demo", "bob", "read")
+    _, head = await sandbox.push_branch("baton/issue-1", {"a.txt": "a\n"}, auth=token)
+    working = {"name": "Baton", "head_sha": head, "status": "in_progress"}
+    run = await sandbox.ok("POST", f"{REPO}/check-runs", working, status=201, auth=token)
+    path = f"/_sandbox/repos/maintainer/demo/check-suites/{run['check_suite']['id']}/rerequest"
+    assert (await sandbox.call("POST", path, {})).status == 422
+    await sandbox.ok(
+        "PATCH", f"{REPO}/check-runs/{run['id']}", {"conclusion": "success"}, auth=token
+    )
+    reader = await sandbox.call("POST", path, {}, headers={"X-Sandbox-As": "bob"})
+    assert reader.status == 403
+
+    await sandbox.ok("POST", path, {}, status=201, headers={"X-Sandbox-As": "alice"})
+    asked = await sandbox.receiver.wait_for("check_suite", "rerequested")
+    assert_schema(asked.payload, "check_suite", "rerequested")
+    assert asked.payload["sender"]["login"] == "alice"
+    assert (asked.payload["check_suite"]["head_sha"], asked.payload["check_suite"]["status"]) == (
+        head,
+        "queued",
+    )
+    suite = await sandbox.ok("GET", f"{REPO}/check-suites/{run['check_suite']['id']}")
+    assert (suite["status"], suite["conclusion"]) == ("queued", None)

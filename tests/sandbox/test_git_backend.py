@@ -381,6 +381,42 @@ async def test_bad_credentials_are_refused_like_github(sandbox: Sandbox) -> None
     assert (await sandbox.call("GET", "/app", auth=token)).status == 401
 
 
+async def test_an_apps_jwt_may_name_it_by_its_client_id(sandbox: Sandbox) -> None:
+    """Mirrors https://docs.github.com/en/apps/creating-github-apps/authenticating-with-a-github-app/generating-a-json-web-token-jwt-for-a-github-app:
+    `iss` is "The client ID or application ID of your GitHub App. Use of the client ID is
+    recommended." GET /app (https://docs.github.com/en/rest/apps/apps#get-the-authenticated-app)
+    answers the App's numeric `id`, its `client_id` and `slug`, whichever the JWT named; a
+    client ID of no App is refused.
+    """
+    await sandbox.new_repo()
+    key = sandbox.hub.key_path.read_bytes()
+    by_number = await sandbox.ok(
+        "GET",
+        "/app",
+        auth=None,
+        headers={"Authorization": f"Bearer {get_jwt(app_id='1', private_key=key)}"},
+    )
+    client_id = by_number["client_id"]
+    assert client_id.startswith("Iv23")
+    named = {"Authorization": f"Bearer {get_jwt(app_id=client_id, private_key=key)}"}
+    app = await sandbox.ok("GET", "/app", auth=None, headers=named)
+    assert (app["id"], app["client_id"], app["slug"]) == (1, client_id, "baton")
+    inst = await sandbox.ok("GET", f"{REPO}/installation", auth=None, headers=named)
+    made = await sandbox.ok(
+        "POST",
+        f"/app/installations/{inst['id']}/access_tokens",
+        {},
+        status=201,
+        auth=None,
+        headers=named,
+    )
+    assert (await sandbox.call("GET", REPO, auth=made["token"])).status == 200
+    stranger = {
+        "Authorization": f"Bearer {get_jwt(app_id='Iv23liNoSuchApp00000', private_key=key)}"
+    }
+    assert (await sandbox.call("GET", "/app", auth=None, headers=stranger)).status == 401
+
+
 async def test_installation_token_covers_only_its_account(sandbox: Sandbox) -> None:
     await sandbox.new_repo()
     as_alice = {"X-Sandbox-As": "alice"}
@@ -913,7 +949,11 @@ async def test_ci_reports_success_and_failure_as_check_suites(sandbox: Sandbox) 
     ]
     assert runs["check_runs"][0]["pull_requests"][0]["number"] == 1
     suites = await sandbox.ok("GET", f"{REPO}/commits/{green}/check-suites")
-    assert [s["conclusion"] for s in suites["check_suites"]] == ["success"]
+    # Baton's own suite stays queued with no runs: it has checks: write and made none.
+    assert [(s["app"]["slug"], s["conclusion"]) for s in suites["check_suites"]] == [
+        ("baton", None),
+        ("sandbox-ci", "success"),
+    ]
     suite_runs = await sandbox.ok("GET", f"{REPO}/check-suites/{suite['id']}/check-runs")
     assert suite_runs["total_count"] == 1
     by_id = await sandbox.ok("GET", f"{REPO}/check-suites/{suite['id']}")

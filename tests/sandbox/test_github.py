@@ -63,24 +63,60 @@ async def deliveries_of(sandbox: Sandbox, event: str, where: Callable[[Payload],
 # ---------------------------------------------------------------- CI: none, one, a matrix
 
 
-async def test_a_head_without_ci_has_no_check_suite_at_all(sandbox: Sandbox) -> None:
-    """GitHub creates check suites only for Apps that check a commit; nothing checks this one.
+async def test_a_head_without_ci_has_only_queued_suites_with_no_runs(sandbox: Sandbox) -> None:
+    """Mirrors https://docs.github.com/en/rest/guides/using-the-rest-api-to-interact-with-checks
+    ("About check suites"): on every push "GitHub creates a check suite automatically" and
+    "sends the check_suite event (with requested action) to all GitHub App's that have the
+    checks:write permission". An App that starts no run leaves its suite queued with no
+    runs: here Baton's, and the linter's once it is installed; no CI checks the commit.
 
-    "The combined state is pending if there are no statuses" (total_count 0), and listing
-    its check suites gives `{"total_count": 0, "check_suites": []}`.
+    "The combined state is pending if there are no statuses" (total_count 0).
     """
     await sandbox.new_repo()
     _, plain = await sandbox.push_branch("plain", {"a.txt": "a\n"})
+    await sandbox.ok("PUT", "/_sandbox/apps/sandbox-lint/installations/maintainer", status=201)
+    _, linted = await sandbox.push_branch("linted", {"b.txt": "b\n"})
     _, checked = await sandbox.push_branch("checked", {".sandbox/ci": CI_PASS})
     await sandbox.receiver.wait_for("check_suite", "completed", where=suite_of(checked))
-    assert await deliveries_of(sandbox, "check_suite", suite_of(plain)) == 0
+    requested = await sandbox.receiver.wait_for("check_suite", "requested", where=suite_of(plain))
+    assert_schema(requested.payload, "check_suite", "requested")
+    assert requested.payload["check_suite"]["app"]["id"] == 1
+    assert await deliveries_of(sandbox, "check_suite", suite_of(plain)) == 1  # Baton's only
+    assert await deliveries_of(sandbox, "check_suite", suite_of(linted)) == 1
     assert await deliveries_of(sandbox, "check_run", run_of(plain)) == 0
-    suites = await sandbox.ok("GET", f"{REPO}/commits/{plain}/check-suites")
-    assert suites == {"total_count": 0, "check_suites": []}
-    runs = await sandbox.ok("GET", f"{REPO}/commits/plain/check-runs")
+
+    def shown(listing: Payload) -> list[tuple[str, str, str | None, int]]:
+        return sorted(
+            (s["app"]["slug"], s["status"], s["conclusion"], s["latest_check_runs_count"])
+            for s in listing["check_suites"]
+        )
+
+    only_baton = await sandbox.ok("GET", f"{REPO}/commits/{plain}/check-suites")
+    assert shown(only_baton) == [("baton", "queued", None, 0)]
+    both = await sandbox.ok("GET", f"{REPO}/commits/{linted}/check-suites")
+    assert shown(both) == [("baton", "queued", None, 0), ("sandbox-lint", "queued", None, 0)]
+    runs = await sandbox.ok("GET", f"{REPO}/commits/linted/check-runs")
     assert runs == {"total_count": 0, "check_runs": []}
     status = await sandbox.ok("GET", f"{REPO}/commits/{plain}/status")
     assert (status["state"], status["total_count"], status["statuses"]) == ("pending", 0, [])
+
+
+async def test_an_apps_first_check_run_joins_the_suite_its_push_queued(sandbox: Sandbox) -> None:
+    """Mirrors https://docs.github.com/en/rest/guides/using-the-rest-api-to-interact-with-checks
+    ("About check suites"): "GitHub automatically adds new check runs to the correct check
+    suite based on the check run's repository and SHA", one suite per App and commit.
+    """
+    await sandbox.new_repo()
+    token = await sandbox.installation_token()
+    _, head = await sandbox.push_branch("baton/issue-1", {"a.txt": "a\n"}, auth=token)
+    queued = await sandbox.ok("GET", f"{REPO}/commits/{head}/check-suites")
+    body = {"name": "Baton", "head_sha": head, "status": "in_progress"}
+    run = await sandbox.ok("POST", f"{REPO}/check-runs", body, status=201, auth=token)
+    assert run["check_suite"]["id"] == queued["check_suites"][0]["id"]
+    suites = await sandbox.ok("GET", f"{REPO}/commits/{head}/check-suites")
+    assert [(s["status"], s["latest_check_runs_count"]) for s in suites["check_suites"]] == [
+        ("in_progress", 1)
+    ]
 
 
 async def test_a_matrix_reports_one_check_run_per_name_and_paginates(sandbox: Sandbox) -> None:
@@ -96,7 +132,8 @@ async def test_a_matrix_reports_one_check_run_per_name_and_paginates(sandbox: Sa
     _, head = await sandbox.push_branch("matrix", files)
     done = await sandbox.receiver.wait_for("check_suite", "completed", where=suite_of(head))
     assert done.payload["check_suite"]["conclusion"] == "failure"
-    assert await deliveries_of(sandbox, "check_suite", suite_of(head)) == 2  # requested, completed
+    # Requested for Baton's suite and the CI's, and the CI's completed.
+    assert await deliveries_of(sandbox, "check_suite", suite_of(head)) == 3
     completed = [
         d.payload["check_run"] for d in sandbox.receiver.matching("check_run", "completed")
     ]

@@ -15,9 +15,11 @@ from pydantic import BaseModel, Field
 
 from bot.sandbox import checks, lifecycle
 from bot.sandbox.api.apps import REPO_NAME
-from bot.sandbox.api.checks import run_of
+from bot.sandbox.api.checks import run_of, suite_of
+from bot.sandbox.auth import LINT_APP_ID
 from bot.sandbox.faults import ApiFault
 from bot.sandbox.hub import Hub, hub_of, login_of, require_role
+from bot.sandbox.render import suite_outcome
 from bot.sandbox.rest import (
     ApiError,
     int_param,
@@ -26,7 +28,7 @@ from bot.sandbox.rest import (
     read_body,
     read_json,
 )
-from bot.sandbox.state import Installation, Issue, Repo
+from bot.sandbox.state import Installation, Issue, Plan, Repo
 from bot.sandbox.webhooks import Delivery, WebhookFaults
 
 routes = web.RouteTableDef()
@@ -53,6 +55,12 @@ class ConfigBody(BaseModel):
 
     webhook_url: str | None = None
     rate_limit: int | None = Field(default=None, ge=1)
+
+
+class PlanBody(BaseModel):
+    """Body of PUT /_sandbox/users/{username}/plan."""
+
+    plan: Plan
 
 
 class TransferBody(BaseModel):
@@ -180,6 +188,33 @@ async def add_collaborator(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+@routes.put("/_sandbox/users/{username}/plan")
+async def set_plan(request: web.Request) -> web.Response:
+    """Put an account on a GitHub plan (every account starts on `free`)."""
+    hub = hub_of(request)
+    body = await read_body(request, PlanBody, "Plan")
+    hub.user(request.match_info["username"]).plan = body.plan
+    hub.changed()
+    return web.Response(status=204)
+
+
+@routes.put("/_sandbox/apps/{app_slug}/installations/{account}")
+async def install_app(request: web.Request) -> web.Response:
+    """Install one of the sandbox's other Apps (the linter, or one registered) on an account.
+
+    Baton's own App is installed with an account's first repository; an App installed
+    here gets a check suite on every push if it may write checks, as on GitHub.
+    """
+    hub = hub_of(request)
+    slug = request.match_info["app_slug"]
+    apps = [LINT_APP_ID, *(app.id for app in hub.state.apps)]
+    app_id = or_not_found(next((a for a in apps if hub.app_facts(a).slug == slug), None))
+    hub.user(request.match_info["account"])
+    inst = hub.ensure_installation(request.match_info["account"], app_id)
+    hub.changed()
+    return json_response(hub.render.installation(inst), status=201)
+
+
 @routes.get("/_sandbox/config")
 async def get_config(request: web.Request) -> web.Response:
     """Show the runtime configuration."""
@@ -291,4 +326,21 @@ async def rerequest_check_run(request: web.Request) -> web.Response:
     if run.status != "completed":
         raise ApiError(422, "This check run is not rerequestable.")
     await checks.rerequest(hub, repo, run, login_of(request))
+    return json_response({}, status=201)
+
+
+@routes.post("/_sandbox/repos/{owner}/{repo}/check-suites/{check_suite_id}/rerequest")
+async def rerequest_check_suite(request: web.Request) -> web.Response:
+    """Re-run all of a completed suite's checks, as "Re-run all checks" on a PR's page does.
+
+    Its App gets `check_suite.rerequested` from that person; a suite still under way is
+    not rerequestable (422).
+    """
+    hub = hub_of(request)
+    repo = _repo(request)
+    require_role(request, repo, "write", "re-run checks")
+    suite = suite_of(request, repo)
+    if suite_outcome(suite, repo.runs_of(suite.id))[0] != "completed":
+        raise ApiError(422, "This check suite is not rerequestable.")
+    await checks.rerequest_suite(hub, repo, suite, login_of(request))
     return json_response({}, status=201)

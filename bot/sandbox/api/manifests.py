@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from yarl import URL
 
 from bot.domain.manifest import AppManifest
-from bot.sandbox.auth import ADMIN_LOGIN, APP_SLUG, CI_APP_ID, CI_APP_SLUG
+from bot.sandbox.auth import ADMIN_LOGIN, APP_SLUG, CI_APP_SLUG, LINT_APP_ID, LINT_APP_SLUG
 from bot.sandbox.hub import Hub, hub_of
 from bot.sandbox.permissions import requires_no_permission
 from bot.sandbox.rest import json_response, not_found
@@ -91,7 +91,7 @@ async def convert_manifest_code(request: web.Request) -> web.Response:
         serialization.NoEncryption(),
     )
     app = RegisteredApp(
-        id=max([CI_APP_ID, *(a.id for a in hub.state.apps)]) + 1,
+        id=max([LINT_APP_ID, *(a.id for a in hub.state.apps)]) + 1,
         slug=_free_slug(hub, manifest.name),
         name=manifest.name,
         owner=pending.owner,
@@ -121,7 +121,7 @@ async def convert_manifest_code(request: web.Request) -> web.Response:
 def _free_slug(hub: Hub, name: str) -> str:
     """Derive an App's slug from its name, numbered past the slugs already taken."""
     base = _NOT_SLUG.sub("-", name.lower()).strip("-") or "app"
-    taken = {APP_SLUG, CI_APP_SLUG, *(a.slug for a in hub.state.apps)}
+    taken = {APP_SLUG, CI_APP_SLUG, LINT_APP_SLUG, *(a.slug for a in hub.state.apps)}
     slug, number = base, 1
     while slug in taken:
         number += 1

@@ -27,6 +27,7 @@ from bot.sandbox.state import Issue, Pull, Repo, Review, ReviewComment, utc_now
 routes = web.RouteTableDef()
 
 PULL = "/repos/{owner}/{repo}/pulls/{pull_number:\\d+}"
+DRAFTS_REFUSED = "Draft pull requests are not supported in this repository."  # GitHub's words
 PULL_FILES_CAP = 3000  # GitHub lists at most this many of a pull request's files
 REVIEW_STATES = {
     "APPROVE": "APPROVED",
@@ -163,6 +164,8 @@ async def create_pull(request: web.Request) -> web.Response:
             raise custom_invalid("PullRequest", f"No commits between {body.base} and {head}")
         if not body.title:
             raise invalid("PullRequest", "title", "missing_field")
+        if body.draft and not pulls.drafts_allowed(hub, repo):
+            raise custom_invalid("PullRequest", DRAFTS_REFUSED)
         now = utc_now()
         issue = Issue(
             id=hub.state.next_id(),
