@@ -27,10 +27,10 @@ def checks_verdict(
 
     Any completed suite that did not pass makes it red at once; it is green only
     when every suite has completed and passed and no commit status is pending or
-    failing. A suite GitHub created but no app ever started (status queued, no
-    runs) does not hold the head pending forever.
+    failing. A suite that holds no run says nothing (holds_runs): one GitHub made
+    that no App ever started does not hold the head pending for ever.
     """
-    states = [state for suite in suites if (state := _suite_state(suite)) is not None]
+    states = [_suite_state(suite) for suite in suites if holds_runs(suite)]
     status_state = (combined_status or {}).get("state")
     status_count = int((combined_status or {}).get("total_count", 0))
     if Verdict.RED in states or (status_count and status_state in ("failure", "error")):
@@ -42,26 +42,40 @@ def checks_verdict(
     return Verdict.GREEN
 
 
-def reported_by_baton(app_id: int | None, own_app_id: int | None) -> bool:
-    """Tell whether a check suite or check run, reported by the app with app_id, is Baton's.
+def reported_by_baton(entry: Mapping[str, Any], own_app_id: int | None) -> bool:
+    """Tell whether a check suite or check run is Baton's own: its App is Baton's.
 
     Baton's own check run (bot/domain/check_run.py), and the suite GitHub makes for it,
     show where Baton's work stands: counted, they would hold the head pending on Baton
-    itself and fail it when the issue escalates. GitHub names each one's app by its id,
-    which no other app shares; own_app_id None (the App's id unknown) takes none for Baton's.
+    itself and fail it when the issue escalates. GitHub names each one's App by its
+    numeric id, which no other App shares (GET /app tells Baton its own, whatever
+    GITHUB_APP_ID says); own_app_id None (the App's id unknown) takes none for Baton's.
     """
+    app_id = (entry.get("app") or {}).get("id")
     return own_app_id is not None and app_id == own_app_id
 
 
 def reported_by_others(
     reported: Iterable[Mapping[str, Any]], own_app_id: int | None
 ) -> list[Mapping[str, Any]]:
-    """Return the check suites or check runs of a head that apps other than Baton reported."""
-    return [
-        entry
-        for entry in reported
-        if not reported_by_baton((entry.get("app") or {}).get("id"), own_app_id)
-    ]
+    """Return the check suites or check runs of a head that Apps other than Baton reported."""
+    return [entry for entry in reported if not reported_by_baton(entry, own_app_id)]
+
+
+def holds_runs(suite: Mapping[str, Any]) -> bool:
+    """Tell whether a check suite holds any check run.
+
+    GitHub makes a queued suite on every push for every App with `checks: write`; many
+    never start a run in it, and it stays queued for ever. Such a suite says nothing.
+    """
+    return suite.get("latest_check_runs_count") != 0
+
+
+def ci_suites(
+    suites: Iterable[Mapping[str, Any]], own_app_id: int | None
+) -> list[Mapping[str, Any]]:
+    """Return the check suites of a head that are CI: another App's, holding runs."""
+    return [suite for suite in reported_by_others(suites, own_app_id) if holds_runs(suite)]
 
 
 def needs_check_runs(
@@ -121,10 +135,13 @@ def combined_state(statuses: Iterable[Mapping[str, Any]]) -> str:
 
 
 def nothing_reported(
-    suites: Collection[Mapping[str, Any]], combined_status: Mapping[str, Any]
+    suites: Iterable[Mapping[str, Any]], combined_status: Mapping[str, Any]
 ) -> bool:
-    """Tell whether no CI has said anything about a head: no check suite, no commit status."""
-    return not suites and not int(combined_status.get("total_count", 0))
+    """Tell whether no CI has said anything about a head: no suite holding a run, no status.
+
+    suites are those of ci_suites; a suite no App started a run in is silence too.
+    """
+    return not any(holds_runs(s) for s in suites) and not int(combined_status.get("total_count", 0))
 
 
 def no_ci_due(pushed_at: datetime, now: datetime, wait_s: float) -> datetime | None:
@@ -175,10 +192,8 @@ def _run_state(run: Mapping[str, Any]) -> Verdict:
     return Verdict.GREEN if run.get("conclusion") in _PASSING else Verdict.RED
 
 
-def _suite_state(suite: Mapping[str, Any]) -> Verdict | None:
+def _suite_state(suite: Mapping[str, Any]) -> Verdict:
     if suite.get("status") != "completed":
-        if suite.get("status") == "queued" and not suite.get("latest_check_runs_count"):
-            return None
         return Verdict.PENDING
     return Verdict.GREEN if suite.get("conclusion") in _PASSING else Verdict.RED
 

@@ -19,7 +19,7 @@ from gidgethub import BadRequest
 from gidgethub.abc import GitHubAPI
 
 from bot.domain.check_run import CHECK_RUN_NAME, CheckRunView
-from bot.domain.checks import combined_state, nothing_reported, reported_by_baton
+from bot.domain.checks import combined_state
 from bot.domain.manifest import AppCredentials
 from bot.domain.model import IssueRef
 from bot.domain.repo_config import (
@@ -105,6 +105,20 @@ async def convert_manifest_code(gh: GitHubAPI, code: str) -> AppCredentials:
 async def read_user(gh: GitHubClient, login: str) -> User:
     """Return an account by its login."""
     return User.model_validate(await gh.getitem("/users/{login}", {"login": login}))
+
+
+async def learn_app_id(app: GitHubApp, store: Store) -> int:
+    """Return the App's numeric id, asked of GitHub once (GET /app).
+
+    GITHUB_APP_ID may be the App's client ID, as GitHub recommends for its JWTs; GitHub
+    names the App of each check suite and run by the number alone.
+    """
+    known = store.app_id(app.identity)
+    if known is not None:
+        return known
+    found = await read_app(app.app_client())
+    store.set_app_id(app.identity, found.id)
+    return found.id
 
 
 async def learn_bot_user_id(app: GitHubApp, store: Store, installation_id: int) -> int:
@@ -467,32 +481,17 @@ async def list_review_comments(gh: GitHubClient, repo: str, number: int) -> list
 
 @dataclass(frozen=True)
 class HeadChecks:
-    """Everything a head's CI reported, every page of it."""
+    """Everything a head's CI reported, every page of it: Baton's own suite included."""
 
     suites: list[CheckSuite]
     combined_status: CombinedStatus
 
-    @property
-    def silent(self) -> bool:
-        """Tell whether no CI has said anything about the head."""
-        return nothing_reported(
-            [suite.model_dump() for suite in self.suites], self.combined_status.model_dump()
-        )
 
-
-async def read_head_checks(
-    gh: GitHubClient, repo: str, sha: str, own_app_id: int | None = None
-) -> HeadChecks:
-    """Return every check suite and commit status reported on a head, every page.
-
-    The suites of own_app_id, Baton's own App, are left out: its check run is not CI.
-    """
-    suites = [
-        suite
-        for suite in await list_check_suites(gh, repo, sha)
-        if not reported_by_baton(suite.app.id if suite.app else None, own_app_id)
-    ]
-    return HeadChecks(suites, await read_combined_status(gh, repo, sha))
+async def read_head_checks(gh: GitHubClient, repo: str, sha: str) -> HeadChecks:
+    """Return every check suite and commit status reported on a head, every page."""
+    return HeadChecks(
+        await list_check_suites(gh, repo, sha), await read_combined_status(gh, repo, sha)
+    )
 
 
 async def list_check_suites(gh: GitHubClient, repo: str, sha: str) -> list[CheckSuite]:

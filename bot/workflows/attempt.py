@@ -48,6 +48,7 @@ from bot.domain.repo_config import InvalidRepoConfig, apply_repo_config
 from bot.domain.resources import Issue, Label, Repository, User
 from bot.domain.spend import Budgets, Spending
 from bot.edges.api import (
+    learn_app_id,
     learn_bot_user_id,
     list_check_runs,
     list_review_comments,
@@ -66,7 +67,7 @@ from bot.ops.logs import log_context
 from bot.ops.metrics import agent_usage
 from bot.ops.worker import stopping
 from bot.workflows.chain import stack_base
-from bot.workflows.conclude import own_app_id, policy_of, report
+from bot.workflows.conclude import policy_of, report
 from bot.workflows.execute import conclude, execute, record
 from bot.workflows.labels import set_state_label
 from bot.workflows.services import Services
@@ -614,7 +615,7 @@ class _Attempt:
             status = await read_combined_status(gh, self.issue.repo, previous.head_sha)
             required = policy_of(self.services, previous).required_checks
             reported = [run.model_dump() for run in runs]
-            others = reported_by_others(reported, own_app_id(self.services))
+            others = reported_by_others(reported, await learn_app_id(self.app, self.store))
             checks = failing_checks(others, status.model_dump(), required)
         review = None
         if previous.review_id is not None and previous.pr_number is not None:

@@ -175,12 +175,6 @@ async def _write_check_run(
     store.record_check_run(repo, head, record)
 
 
-def own_app_id(services: Services) -> int | None:
-    """Return the App's id, which tells Baton's own check runs apart; None if it is no number."""
-    configured = services.settings.github_app_id or ""
-    return int(configured) if configured.isdigit() else None
-
-
 async def post_status(services: Services, gh: GitHubClient, issue: IssueRef, body: str) -> None:
     """Put body in the issue's status comment (for a state that is not a run's)."""
     store = services.store

@@ -13,7 +13,14 @@ from datetime import datetime
 from gidgethub import HTTPException
 
 from bot.domain.audit import audit, unreadable
-from bot.domain.checks import Verdict, head_verdict, needs_check_runs, reported_by_others
+from bot.domain.checks import (
+    Verdict,
+    ci_suites,
+    head_verdict,
+    needs_check_runs,
+    nothing_reported,
+    reported_by_others,
+)
 from bot.domain.model import AuditFinding, IssueRef, Run, RunState, utcnow
 from bot.domain.plans.settlement import (
     Audit,
@@ -28,6 +35,7 @@ from bot.domain.plans.settlement import (
 )
 from bot.domain.repo_config import InvalidRepoConfig, RepoConfig
 from bot.edges.api import (
+    learn_app_id,
     list_check_runs,
     list_pull_files,
     load_repo_config,
@@ -37,7 +45,7 @@ from bot.edges.api import (
 from bot.edges.github import GitHubClient, github_app
 from bot.ops.metrics import AUDIT_FLAGS, Tally
 from bot.workflows.chain import restack_chain
-from bot.workflows.conclude import own_app_id, policy_of
+from bot.workflows.conclude import policy_of
 from bot.workflows.execute import execute
 from bot.workflows.labels import recorded_labels, take_state_labels_off
 from bot.workflows.services import Services
@@ -58,8 +66,8 @@ async def _head_facts(
 
     Baton's own check run, and its suite, are not CI: own_app is the App's id.
     """
-    head = await read_head_checks(gh, repo, sha, own_app)
-    suites = [suite.model_dump() for suite in head.suites]
+    head = await read_head_checks(gh, repo, sha)
+    suites = ci_suites([suite.model_dump() for suite in head.suites], own_app)
     status = head.combined_status.model_dump()
     runs = (
         reported_by_others(
@@ -75,7 +83,7 @@ async def _head_facts(
         sha=sha,
         verdict=verdict,
         checks=checks,
-        silent=head.silent,
+        silent=nothing_reported(suites, status),
         now=utcnow(),
     )
 
@@ -97,7 +105,7 @@ async def settle_head(
     async with github_app(services.settings, services.store) as app:
         gh = await app.for_installation(installation_id)
         policy = policy_of(services, run)
-        own_app = own_app_id(services)
+        own_app = await learn_app_id(app, services.store)
         required = policy.required_checks
         head = await _head_facts(gh, installation_id, repo, head_sha, required, own_app)
         verdict = read_head(run, head, policy).verdict

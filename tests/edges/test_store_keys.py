@@ -93,6 +93,7 @@ KEYS = {
     "SWEEP_LEASE": (keys.SWEEP_LEASE, "baton:sweep-lease"),
     "BOT_LOGIN": (keys.BOT_LOGIN, "baton:app:bot-login"),
     "BOT_USER_ID": (keys.BOT_USER_ID, "baton:app:bot-user-id"),
+    "app_id": (keys.app_id("gh"), "baton:app:gh:id"),
     "installation_token": (
         keys.installation_token("gh", 3),
         "baton:app:gh:installation:3:token",

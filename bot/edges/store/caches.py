@@ -46,6 +46,15 @@ class CacheStore(StoreBase):
         """Remember the App's bot account id, which its noreply commit address carries."""
         self.redis.set(keys.BOT_USER_ID, user_id)
 
+    def app_id(self, app: str) -> int | None:
+        """Return the numeric id of the App (app: its identity), as GET /app said it."""
+        value = self.redis.get(keys.app_id(app))
+        return int(value) if value is not None else None
+
+    def set_app_id(self, app: str, app_id: int) -> None:
+        """Remember the App's numeric id, which names its own check suites and runs."""
+        self.redis.set(keys.app_id(app), app_id)
+
     # Installations: tokens and request budgets ---------------------------
 
     def installation_token(self, app: str, installation_id: int) -> CachedToken | None:

@@ -57,6 +57,7 @@ key. RQ's own keys (`rq:...`) are RQ's and not listed.
 | `SWEEP_LEASE`         | baton:sweep-lease                       | string | gates       | caller |
 | `BOT_LOGIN`           | baton:app:bot-login                     | string | caches      | none   |
 | `BOT_USER_ID`         | baton:app:bot-user-id                   | string | caches      | none   |
+| `app_id`              | baton:app:{app}:id                      | string | caches      | none   |
 | `installation_token`  | baton:app:{app}:installation:{id}:token | string | caches      | caller |
 | `rate_limits`         | baton:app:{app}:rate-limits             | hash   | caches      | 7 d    |
 | `conditional_read`    | baton:etag:{scope}:{h(url)}             | string | caches      | 1 d    |
@@ -87,7 +88,8 @@ A key without a TTL stays bounded another way:
 - `IN_FLIGHT`, `WAITING`, `HALTED`: an issue leaves as it moves on or is forgotten.
 - `CHAINS`: entries older than `RUN_TTL_S` are dropped at every chain saved.
 - `PAUSED`, `held`, `held_settled`: deleted as the repository is resumed.
-- `BOT_LOGIN`, `BOT_USER_ID`: one value for the deployment, rewritten as learnt.
+- `BOT_LOGIN`, `BOT_USER_ID`, `app_id`: one value for the deployment (for the App), rewritten
+  as learnt.
 - `QUEUE_LABELS`: one field per repository with a queue label of its own.
 - `LAST`, `metric`: one field per thing marked or metric label set: a bounded set.
 - `UNCONTAINED`: workers scored by when their report lapses; lapsed ones are dropped
@@ -381,6 +383,11 @@ def extra_continuations(issue: IssueRef) -> str:
 BOT_LOGIN = f"{_PREFIX}:app:bot-login"
 BOT_USER_ID = f"{_PREFIX}:app:bot-user-id"
 QUEUE_LABELS = f"{_PREFIX}:queue-labels"
+
+
+def app_id(app: str) -> str:
+    """Return the key of the App's numeric id, as GET /app answers it."""
+    return f"{_PREFIX}:app:{app}:id"
 
 
 def installation_token(app: str, installation_id: int) -> str:
