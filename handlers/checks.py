@@ -1,6 +1,7 @@
 """Check events: a result on one of Baton's branches settles the run that pushed it.
 
-A re-run of Baton's own check run is a retry, asked from the pull request's page.
+A re-run of Baton's own check run, or of all its suite's checks, is a retry, asked from the
+pull request's page.
 """
 
 from __future__ import annotations
@@ -41,15 +42,29 @@ async def check_run_completed(event: Event, ctx: HandlerContext) -> None:
     _settle(event, ctx, check_run["head_sha"], [branch])
 
 
-@router.register("check_run", action="rerequested")
-async def check_run_rerequested(event: Event, ctx: HandlerContext) -> None:
-    """Take "Re-run" on Baton's own check run (GitHub sends it no other's) as `/baton retry`."""
+def _rerun(event: Event, ctx: HandlerContext, head_sha: str) -> None:
     login, kind = event.data["sender"]["login"], event.data["sender"]["type"]
     installation_id = ctx.installation_id(event)
     if installation_id is None or ignored_bot(login, kind, ctx.settings.trusted_bots):
         return
-    repo, head_sha = event.data["repository"]["full_name"], event.data["check_run"]["head_sha"]
+    repo = event.data["repository"]["full_name"]
     ctx.enqueue(rerun_job(installation_id, repo, head_sha, login, kind, event.delivery_id))
+
+
+@router.register("check_run", action="rerequested")
+async def check_run_rerequested(event: Event, ctx: HandlerContext) -> None:
+    """Take "Re-run" on Baton's own check run (GitHub sends it no other's) as `/baton retry`."""
+    _rerun(event, ctx, event.data["check_run"]["head_sha"])
+
+
+@router.register("check_suite", action="rerequested")
+async def check_suite_rerequested(event: Event, ctx: HandlerContext) -> None:
+    """Take "Re-run all checks" of Baton's own suite (GitHub sends it no other's) likewise.
+
+    The job finds the issue whose run pushed the head; a head Baton did not push retries
+    nothing.
+    """
+    _rerun(event, ctx, event.data["check_suite"]["head_sha"])
 
 
 @router.register("status")

@@ -188,6 +188,14 @@ class RunCompleted(_Delivery):
     check_run: Run
 
 
+class RerequestedSuite(_Fields):
+    head_sha: Sha
+
+
+class SuiteRerequested(_Delivery):
+    check_suite: RerequestedSuite
+
+
 class RerequestedRun(_Fields):
     head_sha: Sha
 
@@ -238,6 +246,7 @@ PAYLOADS: Mapping[tuple[str, str | None], type[_Fields]] = {
     ("check_suite", "completed"): SuiteCompleted,
     ("check_run", "completed"): RunCompleted,
     ("check_run", "rerequested"): RunRerequested,
+    ("check_suite", "rerequested"): SuiteRerequested,
     ("status", None): CommitStatus,
     ("push", None): Push,
 }

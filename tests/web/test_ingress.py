@@ -110,6 +110,11 @@ BASES: dict[tuple[str, str | None], tuple[str, Callable[[Json], object], str]] =
         "accepted",
     ),
     ("check_run", "rerequested"): ("check_run/rerequested.json", lambda d: None, "accepted"),
+    ("check_suite", "rerequested"): (
+        "check_suite/rerequested.json",
+        lambda d: d["sender"].update(login="octocat", type="User"),  # the example's is a bot
+        "accepted",
+    ),
     ("status", None): (
         "status/event.with-installation.json",
         lambda d: d["branches"].append({"name": "baton/issue-1-fix"}),
