@@ -421,6 +421,10 @@ class Run(BaseModel):
     audit: list[AuditFinding] = Field(
         default_factory=list, description="what the settlement audit flagged when it went green"
     )
+    drafts_refused: bool = Field(
+        default=False,
+        description="GitHub refused its pull request as a draft, so it opened ready for review",
+    )
 
     @property
     def run_id(self) -> str:

@@ -280,6 +280,12 @@ def _review_sections(review: ReviewSummary) -> list[str]:
     return sections
 
 
+DRAFTS_REFUSED_LINE = (
+    "The pull request opened ready for review, not as a draft: GitHub has no drafts in "
+    "this repository (private, on GitHub Free)."
+)
+
+
 def status_comment(
     run: Run,
     now: datetime,
@@ -314,6 +320,8 @@ def status_comment(
         names = ", ".join(f"`{inert(name)}`" for name in run.policy.required_checks)
         lines += ["", f"Waiting for its required checks: {names}."]
     lines += audit_section(run)
+    if run.drafts_refused:
+        lines += ["", DRAFTS_REFUSED_LINE]
     if next_step:
         lines += ["", f"Next: {inert(next_step)}"]
     if run.pr_url:
@@ -358,6 +366,8 @@ def status_key(
         parts.append(hosts)  # only then: the keys of comments without the line stay the same
     if run.agent is not None:
         parts.append(f"agent {run.agent}")  # likewise
+    if run.drafts_refused:
+        parts.append(DRAFTS_REFUSED_LINE)  # likewise
     return _key(*parts)
 
 

@@ -371,6 +371,15 @@ async def update_pull(
     return PullRequest.model_validate(updated)
 
 
+# GitHub's 422 for a draft where drafts are not available: a private repository of an
+# account on GitHub Free ("Create a pull request").
+DRAFTS_REFUSED = "draft pull requests are not supported"
+
+
+class DraftsRefused(BadRequest):
+    """GitHub does not take draft pull requests in this repository: 422."""
+
+
 async def open_or_update_pr(
     gh: GitHubClient,
     issue: IssueRef,
@@ -387,7 +396,8 @@ async def open_or_update_pr(
     number is the open PR the attempt took over, updated in one call while it is still
     open. Otherwise the PR is opened, as a draft where draft says so; GitHub refuses a
     second open PR for a branch (422), and then the open one is found and updated. An
-    update leaves a pull request's draft state as it is.
+    update leaves a pull request's draft state as it is. A draft the repository cannot
+    have raises DraftsRefused.
     """
     if number is not None:
         updated = await update_pull(gh, issue.repo, number, title=title, body=body, base=base)
@@ -403,6 +413,8 @@ async def open_or_update_pr(
     except BadRequest as exc:
         if exc.status_code != 422:
             raise
+        if draft and DRAFTS_REFUSED in str(exc).lower():
+            raise DraftsRefused(exc.status_code, str(exc), headers=exc.headers) from exc
         existing = [
             PullRequest.model_validate(pr)
             async for pr in gh.getiter(

@@ -45,9 +45,10 @@ from bot.domain.plans.admission import (
 from bot.domain.plans.ending import End, after_agent, ended
 from bot.domain.render import Continuation, ReviewComment, ReviewSummary
 from bot.domain.repo_config import InvalidRepoConfig, apply_repo_config
-from bot.domain.resources import Issue, Label, Repository, User
+from bot.domain.resources import Issue, Label, PullRequest, Repository, User
 from bot.domain.spend import Budgets, Spending
 from bot.edges.api import (
+    DraftsRefused,
     learn_app_id,
     learn_bot_user_id,
     list_check_runs,
@@ -556,17 +557,9 @@ class _Attempt:
     ) -> Run | None:
         report_text = result.result_text or ""
         title = render.pr_title(self.text.title, self.issue.number)
+        body = render.pr_body(run, report_text, files)
         try:
-            pr = await open_or_update_pr(
-                gh,
-                self.issue,
-                branch=run.branch,
-                base=base,
-                title=title,
-                body=render.pr_body(run, report_text, files),
-                number=run.pr_number,
-                draft=self.draft_until_green,
-            )
+            pr, drafts_refused = await self._open_or_update(gh, run, base, title, body)
         except HTTPException as exc:
             reason = f"opening the pull request failed: {_one_line(exc)}"
             return await self._end(
@@ -580,6 +573,7 @@ class _Attempt:
             pr_number=pr.number,
             pr_url=pr.html_url,
             changed_files=files,
+            drafts_refused=drafts_refused,
         )
         await report(self.services, gh, run)
         # A check result that came before the run was recorded as pushed found nothing to
@@ -604,6 +598,33 @@ class _Attempt:
         if chain is not None:
             self.services.dispatch.advance_chain(chain, f"pushed-{run.head_sha}")  # its manifest
         return run
+
+    async def _open_or_update(
+        self, gh: GitHubClient, run: Run, base: str, title: str, body: str
+    ) -> tuple[PullRequest, bool]:
+        """Open or update the attempt's PR, a draft where the repository's file asks.
+
+        A repository that cannot have drafts (a private one on GitHub Free) gets a normal
+        PR, and True says GitHub refused the draft.
+        """
+
+        async def opened(draft: bool) -> PullRequest:
+            return await open_or_update_pr(
+                gh,
+                self.issue,
+                branch=run.branch,
+                base=base,
+                title=title,
+                body=body,
+                number=run.pr_number,
+                draft=draft,
+            )
+
+        try:
+            return await opened(self.draft_until_green), False
+        except DraftsRefused:
+            log.info("%s: GitHub takes no draft here; the PR opens ready for review", self.issue)
+            return await opened(False), True
 
     async def _continuation(self, gh: GitHubClient, previous: Run | None) -> Continuation | None:
         """Return what the agent needs to know about the attempt it continues."""

@@ -117,21 +117,28 @@ async def _show(services: Services, gh: GitHubClient, effect: Report | MarkReady
 async def _mark_ready(services: Services, gh: GitHubClient, effect: MarkReady) -> None:
     """Take the pull request out of draft, if Baton opened it so and left it a draft.
 
-    One GitHub refuses (a maintainer marked it ready, or closed it, meanwhile) is left
-    to the maintainers, and logged.
+    The draft is remembered until GitHub says it is ready: a refusal or an error here
+    (a transient one, or the PR closed meanwhile) is logged, and the sweep asks again
+    while the run awaits review.
     """
     store, repo = services.store, effect.issue.repo
     node_id = store.draft_node(repo, effect.pull)
     if node_id is None:
         return
     try:
-        await mark_ready_for_review(gh, node_id)
-    except GraphQLException as exc:
+        still_draft = await mark_ready_for_review(gh, node_id)
+    except (GraphQLException, HTTPException) as exc:
         log.warning(
-            "%s: PR #%d was not marked ready for review: %s", effect.issue, effect.pull, exc
+            "%s: PR #%d was not marked ready for review (the sweep asks again): %s",
+            effect.issue,
+            effect.pull,
+            exc,
         )
-    else:
-        log.info("%s: PR #%d is ready for review", effect.issue, effect.pull)
+        return
+    if still_draft:
+        log.warning("%s: PR #%d is a draft still; the sweep asks again", effect.issue, effect.pull)
+        return
+    log.info("%s: PR #%d is ready for review", effect.issue, effect.pull)
     store.forget_draft(repo, effect.pull)
 
 

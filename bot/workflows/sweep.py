@@ -10,7 +10,8 @@ under a lease so that two never overlap:
 - a pushed run still waiting for its checks is settled by asking the API, in case
   the check webhook never came;
 - a green PR awaiting review is looked at for what its lost webhooks said: a merge,
-  a close, a review requesting changes, or its issue closed meanwhile;
+  a close, a review requesting changes, or its issue closed meanwhile; a draft of it
+  Baton failed to mark ready for review is marked ready;
 - halted issues whose window has reopened are resumed (a lost re-entry);
 - an open issue carrying the queue label that nothing is working on, queued for or
   waiting for (a missed `labeled` webhook) is picked up, as the login that last
@@ -235,7 +236,8 @@ async def _in_flight(
     if run is None:
         return
     gh = await app.for_installation(issue.installation_id)
-    item = InFlight(run=run, locked=store.lock_holder(issue) is not None)
+    draft = run.pr_number is not None and store.draft_node(issue.repo, run.pr_number) is not None
+    item = InFlight(run=run, locked=store.lock_holder(issue) is not None, draft=draft)
     while True:
         step = plans.in_flight(item)
         await _take(services, gh, report, str(issue), step)

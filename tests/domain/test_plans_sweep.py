@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import bot.domain.plans.sweep
-from bot.domain.effects import Enqueue, Relabel, SettleHead
+from bot.domain.effects import Enqueue, MarkReady, Relabel, SettleHead
 from bot.domain.issue_text import snapshot
 from bot.domain.jobs import queue_chain_job, run_issue_job
 from bot.domain.model import IssueRef, Labels, Run, RunState
@@ -79,13 +79,14 @@ def seen(
     return IssueSeen(issue=found, labels=LABELS, desired=desired)
 
 
-def pull(state: str = "open", merged: bool = False) -> PullRequest:
+def pull(state: str = "open", merged: bool = False, draft: bool = False) -> PullRequest:
     return PullRequest(
         number=5,
         url=f"{HERE}/pulls/5",
         html_url="https://github.com/octo/widgets/pull/5",
         state=state,
         merged=merged,
+        draft=draft,
         head=BranchRef(ref="baton/issue-7"),
     )
 
@@ -187,6 +188,22 @@ IN_FLIGHT = {
     ),
     "an open green pull request has its reviews read": (
         InFlight(run=GREEN, locked=False, seen=IN_ORDER, pull=pull()),
+        Step(read=Read.REVIEWS),
+    ),
+    "a green draft Baton failed to mark ready is marked ready, then its reviews read": (
+        InFlight(run=GREEN, locked=False, draft=True, seen=IN_ORDER, pull=pull(draft=True)),
+        Step(
+            outcome=Outcome.READIED,
+            effects=(MarkReady(issue=ISSUE, pull=5),),
+            read=Read.REVIEWS,
+        ),
+    ),
+    "a draft a maintainer marked ready meanwhile is left as it is": (
+        InFlight(run=GREEN, locked=False, draft=True, seen=IN_ORDER, pull=pull()),
+        Step(read=Read.REVIEWS),
+    ),
+    "a draft of a maintainer's own making is not Baton's to mark ready": (
+        InFlight(run=GREEN, locked=False, seen=IN_ORDER, pull=pull(draft=True)),
         Step(read=Read.REVIEWS),
     ),
     "the latest review requesting changes on the head goes back to the agent": (

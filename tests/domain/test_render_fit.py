@@ -163,3 +163,12 @@ def test_a_pull_status_comment_fits_however_many_checks() -> None:
     text = render.pull_status_comment([run], checks, "waiting", utcnow())
     assert text.startswith(render.STATUS_MARKER) and len(text) <= render.BODY_LIMIT
     assert "This comment was" in text
+
+
+def test_a_pull_request_github_refused_as_a_draft_says_so_in_one_line() -> None:
+    run = finished(pr_url="https://github.com/octo/widgets/pull/9")
+    refused = run.model_copy(update={"drafts_refused": True})
+    text = render.status_comment(refused, utcnow())
+    assert render.DRAFTS_REFUSED_LINE in text.splitlines()
+    assert render.DRAFTS_REFUSED_LINE not in render.status_comment(run, utcnow())
+    assert render.status_key(refused, None, None) != render.status_key(run, None, None)

@@ -17,7 +17,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 from bot.domain.chains import names_a_chain
-from bot.domain.effects import Enqueue, Plan, Relabel, SettleHead
+from bot.domain.effects import Enqueue, MarkReady, Plan, Relabel, SettleHead
 from bot.domain.gone import disappearance, moved_elsewhere
 from bot.domain.issue_text import github_time, snapshot
 from bot.domain.jobs import queue_chain_job, run_issue_job
@@ -43,6 +43,7 @@ class Outcome(enum.StrEnum):
     RELABELLED = "relabelled"
     ENDED = "ended"
     PAUSED = "paused"
+    READIED = "readied"
 
 
 class Read(enum.StrEnum):
@@ -136,6 +137,7 @@ class InFlight(_Model):
 
     run: Run  # its latest
     locked: bool  # a worker holds its lock
+    draft: bool = False  # Baton opened its pull request as a draft and has not seen it ready
     seen: IssueSeen | None = None
     pull: PullRequest | None = None
     reviews: tuple[Review, ...] | None = None
@@ -176,7 +178,9 @@ def _from_records(run: Run, locked: bool) -> Step:
 
 
 def _green(item: InFlight, pull: int, seen: IssueSeen) -> Step:
-    """Decide from the green run's pull request: merged or closed, or changes requested."""
+    """Decide from the green run's pull request: merged or closed, changes requested, or a
+    draft Baton failed to mark ready for review (asked once a pass, while the run awaits
+    review)."""
     issue = item.run.issue
     if item.pull is None:
         return Step(read=Read.PULL)
@@ -184,6 +188,9 @@ def _green(item: InFlight, pull: int, seen: IssueSeen) -> Step:
         closed = SettlePull(issue=issue, pull=pull, merged=bool(item.pull.merged))
         return Step(outcome=Outcome.SETTLED, settlement=closed)
     if item.reviews is None:
+        if item.draft and item.pull.draft:  # its ready-for-review failed: asked again
+            ready = MarkReady(issue=issue, pull=pull)
+            return Step(outcome=Outcome.READIED, effects=(ready,), read=Read.REVIEWS)
         return Step(read=Read.REVIEWS)
     asked = [
         review
