@@ -57,10 +57,11 @@ class Maintainer:
         return Maintainer(self.session, self.api_url, self.token, login)
 
     async def create_repo(
-        self, name: str, files: Mapping[str, str], workdir: Path
+        self, name: str, files: Mapping[str, str], workdir: Path, private: bool = False
     ) -> dict[str, Any]:
         """Create a repository and push files to its main branch as the first commit."""
-        repo: dict[str, Any] = await self.gh.post("/user/repos", data={"name": name})
+        body = {"name": name, "private": private}
+        repo: dict[str, Any] = await self.gh.post("/user/repos", data=body)
         seed = workdir / f"seed-{name}"
         seed.mkdir(parents=True)
         for path, text in files.items():
@@ -286,6 +287,30 @@ class Maintainer:
             {"repo": repo, "id": run_id},
             data={},
         )
+
+    async def rerequest_check_suite(self, repo: str, suite_id: int) -> None:
+        """Click "Re-run all checks" of a completed suite (its App gets check_suite.rerequested).
+
+        Needs write access to the repository, as on GitHub.
+        """
+        await self.gh.post(
+            "/_sandbox/repos/{+repo}/check-suites/{id}/rerequest",
+            {"repo": repo, "id": suite_id},
+            data={},
+        )
+
+    async def install_app(self, slug: str, account: str) -> None:
+        """Install another of the sandbox's Apps, such as its linter (`sandbox-lint`), on an
+        account: it gets a check suite on every push and never starts a run in it."""
+        await self.gh.put(
+            "/_sandbox/apps/{slug}/installations/{account}",
+            {"slug": slug, "account": account},
+            data={},
+        )
+
+    async def set_plan(self, account: str, plan: str) -> None:
+        """Put an account on a GitHub plan: `free` (where it starts), `pro`, `team`, ..."""
+        await self.gh.put("/_sandbox/users/{login}/plan", {"login": account}, data={"plan": plan})
 
     async def merge(self, repo: str, number: int) -> dict[str, Any]:
         """Merge a pull request."""
