@@ -34,7 +34,7 @@ from tests.e2e.test_native import (
     run_of,
 )
 from tests.e2e.test_steering import logged
-from tests.support import StackSpec
+from tests.support import StackSpec, sweep
 
 __all__ = ["maintainer", "store"]  # fixtures this module uses
 
@@ -126,3 +126,29 @@ async def test_re_run_all_checks_of_batons_suite_is_a_retry(
     )
     assert (retried.continuation_of, retried.pr_number) == (2, second.pr_number)
     assert logged(stack, f"{repo}#{number}: @octo-writer's re-run retries it")
+
+
+async def test_a_failed_ready_for_review_is_asked_again_by_the_sweep(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    files = {**PROJECT, ".github/baton.yml": "draft_until_green: true\n"}
+    repo = await new_repo(maintainer, stack, files)
+    # GitHub's GraphQL fails for a while: more than any retry of one call would cover.
+    fault = {"method": "POST", "path": "^/graphql$", "status": 502, "count": 6}
+    await maintainer.gh.post("/_sandbox/faults", data=fault)
+    number = await queued_issue(maintainer, repo, "Greet properly", GREETING_FIX)
+    green = await eventually(
+        lambda: _attempt_state(store, repo, number, 1, RunState.PUSHED_GREEN), "green", 90
+    )
+    assert green.pr_number is not None
+
+    async def failed() -> bool:
+        return logged(stack, f"PR #{green.pr_number} was not marked ready for review")
+
+    await eventually(failed, "the failed ready-for-review in the log")
+    await maintainer.gh.delete("/_sandbox/faults")
+    assert (await maintainer.pull(repo, green.pr_number))["draft"] is True
+
+    assert f"readied {repo}#{number}" in sweep(stack)
+    assert (await maintainer.pull(repo, green.pr_number))["draft"] is False
+    assert "readied" not in sweep(stack)  # ready now: not asked again
