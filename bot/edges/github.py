@@ -10,6 +10,7 @@ import time
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
+    Awaitable,
     Callable,
     Iterator,
     Mapping,
@@ -37,6 +38,9 @@ log = logging.getLogger(__name__)
 
 USER_AGENT = "baton-github-app"
 TOKEN_SAFETY_MARGIN_S = 5 * 60  # stop using a token this long before GitHub expires it
+# What an installation client is built with: gidgethub then makes token headers, and
+# GitHubClient._request puts the token valid at each call in place of it.
+LIVE_TOKEN = "live"  # noqa: S105 - a placeholder, never sent
 MAX_ATTEMPTS = 5
 MAX_WAIT_S = 120.0
 PER_PAGE = 100  # GitHub's largest page: a list is read in the fewest calls
@@ -92,6 +96,12 @@ def retry_delay(
     ):
         return min(FRESH_TOKEN_STEP_S * attempt, FRESH_TOKEN_S - token_age_s)
     return None
+
+
+def refuses_token(status: int, message: str) -> bool:
+    """Whether GitHub refused the token itself: revoked or expired (401), or suspended (403)."""
+    suspended = status == HTTPStatus.FORBIDDEN and "installation has been suspended" in message
+    return status == HTTPStatus.UNAUTHORIZED or suspended
 
 
 def with_page_size(url: str) -> str:
@@ -157,10 +167,14 @@ def _best_effort(what: str) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Caller:
-    """Whom a client acts as: an installation (its id and token's mint time) or the App."""
+    """Whom a client acts as: an installation (its id and where its tokens come from) or the App.
+
+    An installation client asks `token` before every request, so a job that has run
+    longer than one token's life still sends a valid one.
+    """
 
     installation_id: int | None = None
-    minted_at: float | None = None
+    token: Callable[[], Awaitable[CachedToken]] | None = None
     on_budget: Callable[[RateBudget], None] | None = None
     on_refused: Callable[[], None] | None = None  # GitHub refused the token for good: 401
 
@@ -187,6 +201,8 @@ class GitHubClient(GitHubAPI):
         super().__init__(session, requester, **options)
         self._tally = tally
         self._caller = caller or Caller()
+        self._minted_at: float | None = None  # of the token the last request carried
+        self._renewed = False  # a refused token was swapped for a fresh one, not yet accepted
 
     def getiter(
         self,
@@ -214,13 +230,19 @@ class GitHubClient(GitHubAPI):
     async def _request(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes = b""
     ) -> tuple[int, Mapping[str, str], bytes]:
-        """Make one HTTP request, counting it by method and status class (in memory)."""
+        """Make one HTTP request with a valid token, counting it by method and status class."""
+        if self._caller.token is not None:
+            token = await self._caller.token()
+            self._minted_at = token.minted_at
+            headers = {**headers, "authorization": f"token {token.token}"}
         try:
             status, response_headers, data = await super()._request(method, url, headers, body)
         except (aiohttp.ClientError, TimeoutError):
             self._tally.count(GITHUB_API_CALLS, method, "error")
             raise
         self._tally.count(GITHUB_API_CALLS, method, f"{status // 100}xx")
+        if status < HTTPStatus.BAD_REQUEST:
+            self._renewed = False
         budget = budget_from_headers(response_headers, time.time())
         if budget is not None and status != 304:  # a 304 reports no fresher budget
             self._tally.set(GITHUB_RATE_LIMIT_REMAINING, budget.remaining, self._caller.series)
@@ -232,7 +254,7 @@ class GitHubClient(GitHubAPI):
     async def handle_rate_limit_error(
         self, *, method: str, url: str, exception: HTTPException, attempt: int
     ) -> bool:
-        minted_at = self._caller.minted_at
+        minted_at = self._minted_at
         delay = retry_delay(
             int(exception.status_code),
             exception.headers,
@@ -242,10 +264,11 @@ class GitHubClient(GitHubAPI):
             token_age_s=time.time() - minted_at if minted_at is not None else None,
         )
         if delay is None:
-            if exception.status_code == HTTPStatus.UNAUTHORIZED and self._caller.on_refused:
-                # Revoked, or otherwise dead: the next job mints a token afresh.
-                with _best_effort("dropping a refused token"):
-                    self._caller.on_refused()
+            if (
+                refuses_token(int(exception.status_code), str(exception))
+                and self._caller.on_refused
+            ):
+                return self._renew_refused_token()
             return False
         log.warning(
             "GitHub answered %s to %s %s; retry %d in %.1fs",
@@ -258,6 +281,17 @@ class GitHubClient(GitHubAPI):
         await self.sleep(delay)
         return True
 
+    def _renew_refused_token(self) -> bool:
+        """Drop a refused token; retry once with a fresh one, never again if it too is refused."""
+        if self._caller.on_refused is None or self._caller.token is None:
+            return False  # the App's own JWT: nothing to renew
+        with _best_effort("dropping a refused token"):
+            self._caller.on_refused()
+        if self._renewed:
+            return False  # revoked or suspended: GitHub's 401 is the caller's to see
+        self._renewed = True
+        return True
+
 
 class InstallationGone(BadRequest):
     """GitHub has no such installation of the App (uninstalled, or never was): 404."""
@@ -266,6 +300,18 @@ class InstallationGone(BadRequest):
         super().__init__(
             HTTPStatus.NOT_FOUND,
             f"the App has no installation {installation_id}",
+            headers=headers,
+        )
+        self.installation_id = installation_id
+
+
+class InstallationSuspended(BadRequest):
+    """GitHub mints no token for the installation (suspended by its owner or GitHub): 403."""
+
+    def __init__(self, installation_id: int, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(
+            HTTPStatus.FORBIDDEN,
+            f"installation {installation_id} is suspended: GitHub mints it no token",
             headers=headers,
         )
         self.installation_id = installation_id
@@ -325,6 +371,8 @@ class GitHubApp:
         except BadRequest as exc:
             if exc.status_code == HTTPStatus.NOT_FOUND:
                 raise InstallationGone(installation_id, exc.headers) from exc
+            if exc.status_code == HTTPStatus.FORBIDDEN:
+                raise InstallationSuspended(installation_id, exc.headers) from exc
             raise
         minted = CachedToken(str(data["token"]), time.time())
         expires_at = datetime.fromisoformat(str(data["expires_at"]).replace("Z", "+00:00"))
@@ -335,8 +383,11 @@ class GitHubApp:
         return minted
 
     async def for_installation(self, installation_id: int) -> GitHubClient:
-        """Return a client acting as the App's installation."""
-        token = await self._token(installation_id)
+        """Return a client acting as the App's installation, with a valid token on every call.
+
+        A token is minted now, so a gone or suspended installation is known at once.
+        """
+        await self._token(installation_id)
 
         def record(budget: RateBudget) -> None:
             self._store.record_rate_limit(self.identity, installation_id, budget)
@@ -347,8 +398,11 @@ class GitHubApp:
             )
             self._store.forget_installation_token(self.identity, installation_id)
 
-        caller = Caller(installation_id, token.minted_at, record, refused)
-        return self._client(caller, str(installation_id), oauth_token=token.token)
+        async def token() -> CachedToken:
+            return await self._token(installation_id)
+
+        caller = Caller(installation_id, token, record, refused)
+        return self._client(caller, str(installation_id), oauth_token=LIVE_TOKEN)
 
     async def learn_bot_login(self) -> str:
         """Return the App's bot login, fetching it once from GET /app."""

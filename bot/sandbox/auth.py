@@ -88,6 +88,7 @@ class Authenticator:
         self.public_key = key.public_key()
         self.permissions = dict(permissions)
         self.faults = faults
+        self.token_lifetime = TOKEN_LIFETIME  # GitHub's hour; a test may shorten it
 
     def from_header(self, header: str | None, act_as: str | None = None) -> Actor | None:
         """Authenticate an API request; None when it carries no credentials."""
@@ -171,7 +172,7 @@ class Authenticator:
         repository_ids: list[int] | None,
         permissions: Mapping[str, str],
     ) -> Token:
-        """Create an installation token valid for one hour, dropping expired ones."""
+        """Create an installation token valid for token_lifetime, dropping expired ones."""
         now = _now()
         self.state.tokens = {
             key: tok for key, tok in self.state.tokens.items() if parse_iso(tok.expires_at) > now
@@ -179,7 +180,7 @@ class Authenticator:
         token = Token(
             token="ghs_" + secrets.token_hex(18),
             installation_id=installation_id,
-            expires_at=iso(now + TOKEN_LIFETIME),
+            expires_at=iso(now + self.token_lifetime),
             repository_ids=repository_ids,
             permissions=dict(permissions),
             minted_at=time.time(),

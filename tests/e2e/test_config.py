@@ -209,3 +209,27 @@ async def test_a_required_check_on_the_second_page_of_a_matrix_decides(
     assert "### job-35: failure" in brief
     assert "greeting.txt does not say hello" in brief
     assert "job-01" not in brief, "only the required check's failure goes back"
+
+
+async def test_an_agent_outliving_its_token_still_opens_its_pull_request(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """An installation token expires (here after 3 s instead of an hour); Baton asks for a
+    valid one on every call, so the PR opens after an agent working longer than that.
+    Mirrors https://docs.github.com/en/apps/creating-github-apps/authenticating-with-a-github-app/authenticating-as-a-github-app-installation
+    ("installation access tokens expire after 1 hour").
+    """
+    repo = await new_repo(maintainer, stack, PROJECT)
+    await maintainer.gh.patch("/_sandbox/config", data={"token_lifetime_seconds": 3})
+    try:
+        number = await queued_issue(maintainer, repo, "Slow", f"agent: sleep 5\n{GREETING_FIX}")
+        green = await eventually(
+            lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "a green run", 90
+        )
+    finally:
+        await maintainer.gh.patch("/_sandbox/config", data={"token_lifetime_seconds": 3600})
+    assert green.attempt == 1, "the first attempt opened the PR"
+    [pull] = await maintainer.pulls(repo)
+    assert f"#{number}" in pull["body"]
+    said = " ".join(comment["body"] for comment in await baton_comments(maintainer, repo, number))
+    assert "failed" not in said

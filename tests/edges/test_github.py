@@ -8,7 +8,7 @@ import pytest
 from gidgethub import BadRequest, GitHubBroken
 
 from bot.devkit.maintainer import Maintainer
-from bot.edges.github import MAX_ATTEMPTS, GitHubApp
+from bot.edges.github import MAX_ATTEMPTS, GitHubApp, InstallationSuspended
 from bot.edges.store import Store
 
 REPO_PATH = "/repos/{+repo}"
@@ -155,17 +155,29 @@ async def test_lists_are_read_whole_and_repeated_reads_are_free(
     assert budget is not None and 0 < budget.remaining < budget.limit
 
 
-async def test_a_token_github_refuses_for_good_is_dropped_and_the_next_one_minted(
+async def test_a_token_github_refuses_is_dropped_and_the_call_made_again_with_a_fresh_one(
     app: GitHubApp, maintainer: Maintainer, store: Store
 ) -> None:
-    """GitHub answers 401 Bad credentials for a revoked token, however long it was cached."""
+    """GitHub answers 401 Bad credentials for a revoked or expired token, however long it
+    was cached (mirrors https://docs.github.com/en/rest/authentication/authenticating-to-the-rest-api).
+    """
     await maintainer.gh.post("/user/repos", data={"name": "widgets"})
+    gh = await app.for_installation(1)  # a client made long before its next call
     store.cache_installation_token(app.identity, 1, "ghs_revoked", 3000, 0.0)  # minted long ago
-    gh = await app.for_installation(1)
-    with pytest.raises(BadRequest) as refused:
-        await gh.getitem(REPO_PATH, {"repo": "maintainer/widgets"})
-    assert refused.value.status_code == 401
-    assert store.installation_token(app.identity, 1) is None, "the refused token is forgotten"
-    gh = await app.for_installation(1)  # the next job's client mints a new token
     repo = await gh.getitem(REPO_PATH, {"repo": "maintainer/widgets"})
     assert repo["name"] == "widgets"
+    cached = store.installation_token(app.identity, 1)
+    assert cached is not None and cached.token != "ghs_revoked", "a fresh token was minted"
+
+
+async def test_a_suspended_installation_is_refused_with_a_clear_error_not_retried_for_ever(
+    app: GitHubApp, maintainer: Maintainer
+) -> None:
+    """A suspended installation's tokens are refused and none can be minted (mirrors
+    https://docs.github.com/en/apps/maintaining-github-apps/suspending-a-github-app-installation).
+    """
+    await maintainer.gh.post("/user/repos", data={"name": "widgets"})
+    gh = await app.for_installation(1)
+    await maintainer.suspend_installation(1)
+    with pytest.raises(InstallationSuspended, match="installation 1 is suspended"):
+        await gh.getitem(REPO_PATH, {"repo": "maintainer/widgets"})

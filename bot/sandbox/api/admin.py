@@ -8,6 +8,7 @@ an App's installation, re-run a check from a pull request's page.
 
 from __future__ import annotations
 
+import datetime
 from typing import Literal
 
 from aiohttp import web
@@ -55,6 +56,7 @@ class ConfigBody(BaseModel):
 
     webhook_url: str | None = None
     rate_limit: int | None = Field(default=None, ge=1)
+    token_lifetime_seconds: float | None = Field(default=None, gt=0)
 
 
 class PlanBody(BaseModel):
@@ -223,7 +225,11 @@ async def get_config(request: web.Request) -> web.Response:
 
 def _config_response(hub: Hub) -> web.Response:
     return json_response(
-        {"webhook_url": hub.webhooks.url, "rate_limit": hub.limits.installation_limit}
+        {
+            "webhook_url": hub.webhooks.url,
+            "rate_limit": hub.limits.installation_limit,
+            "token_lifetime_seconds": hub.auth.token_lifetime.total_seconds(),
+        }
     )
 
 
@@ -236,6 +242,8 @@ async def update_config(request: web.Request) -> web.Response:
         hub.webhooks.url = body.webhook_url
     if body.rate_limit is not None:
         hub.limits.installation_limit = body.rate_limit
+    if body.token_lifetime_seconds is not None:
+        hub.auth.token_lifetime = datetime.timedelta(seconds=body.token_lifetime_seconds)
     return _config_response(hub)
 
 
