@@ -182,7 +182,7 @@ def paginate(
     request: web.Request, public_url: str, items: Sequence[T]
 ) -> tuple[Sequence[T], dict[str, str]]:
     """Cut one page out of `items` and build GitHub's Link header for the others."""
-    per_page = min(max(_query_int(request, "per_page", DEFAULT_PER_PAGE), 1), MAX_PER_PAGE)
+    per_page = page_size(request)
     page = max(_query_int(request, "page", 1), 1)
     last = max(math.ceil(len(items) / per_page), 1)
     links = []
@@ -200,6 +200,11 @@ def paginate(
         links.append(link(1, "first"))
     headers = {"Link": ", ".join(links)} if links else {}
     return items[(page - 1) * per_page : page * per_page], headers
+
+
+def page_size(request: web.Request) -> int:
+    """Return the `per_page` asked for, within GitHub's bounds (30 unless asked, at most 100)."""
+    return min(max(_query_int(request, "per_page", DEFAULT_PER_PAGE), 1), MAX_PER_PAGE)
 
 
 def _query_int(request: web.Request, name: str, default: int) -> int:

@@ -26,6 +26,17 @@ HOOK_ID = 1
 DELIVERY_TIMEOUT = 10.0
 # How long a reordering worker holds a delivery, waiting for the next one to overtake it.
 REORDER_WINDOW = 0.2
+RESPONSE_KEPT = 10_000  # characters of a receiver's answer kept with its delivery
+# The status GitHub records for a delivery that reached no one (its status_code is 0).
+UNREACHABLE = "failed to connect to host"
+TIMED_OUT = "timed out"
+
+
+class DeliveryResponse(BaseModel):
+    """What the receiver answered a delivery: its headers and (the start of) its body."""
+
+    headers: dict[str, str]
+    payload: str
 
 
 class Delivery(BaseModel):
@@ -43,6 +54,12 @@ class Delivery(BaseModel):
     status_code: int | None = None
     duration: float | None = None
     url: str | None = None
+    response: DeliveryResponse | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Return whether the delivery was attempted and its receiver did not answer 2xx."""
+        return self.delivered_at is not None and not _succeeded(self.status_code)
 
 
 class WebhookFaults(BaseModel):
@@ -101,6 +118,10 @@ class WebhookSender:
     def body(self, delivery: Delivery) -> bytes:
         """Return the exact bytes a delivery posts."""
         return (self.bodies / f"{delivery.guid}.json").read_bytes()
+
+    def payload(self, delivery: Delivery) -> Any:
+        """Return what a delivery posts, parsed, as GitHub shows a delivery's request."""
+        return json.loads(self.body(delivery))
 
     def headers(self, delivery: Delivery, body: bytes) -> dict[str, str]:
         """Build GitHub's delivery headers, signatures included."""
@@ -181,32 +202,51 @@ class WebhookSender:
         if url is None:
             delivery.status = "not delivered: no webhook URL configured"
         else:
-            body = self.body(delivery)
             started = time.monotonic()
-            try:
-                session = self._session = self._session or aiohttp.ClientSession()
-                async with session.post(
-                    url,
-                    data=body,
-                    headers=self.headers(delivery, body),
-                    timeout=aiohttp.ClientTimeout(total=DELIVERY_TIMEOUT),
-                ) as response:
-                    delivery.status_code = response.status
-                    delivery.status = response.reason or str(response.status)
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                delivery.status = f"failed: {type(exc).__name__}: {exc}"
+            await self._attempt(delivery, url)
             delivery.duration = round(time.monotonic() - started, 3)
         with self.journal.open("a") as journal:
             journal.write(delivery.model_dump_json() + "\n")
-        ok = delivery.status_code is not None and delivery.status_code < 400
         log.log(
-            logging.DEBUG if ok else logging.INFO,
+            logging.INFO if delivery.failed else logging.DEBUG,
             "delivery %s %s.%s -> %s",
             delivery.id,
             delivery.event,
             delivery.action,
             delivery.status,
         )
+
+    async def _attempt(self, delivery: Delivery, url: str) -> None:
+        """Post a delivery and record what came of it, in GitHub's words."""
+        body = self.body(delivery)
+        try:
+            session = self._session = self._session or aiohttp.ClientSession()
+            async with session.post(
+                url,
+                data=body,
+                headers=self.headers(delivery, body),
+                timeout=aiohttp.ClientTimeout(total=DELIVERY_TIMEOUT),
+            ) as response:
+                answer = await response.text(errors="replace")
+        except TimeoutError:
+            delivery.status = TIMED_OUT
+            return
+        except aiohttp.ClientError as exc:
+            delivery.status = UNREACHABLE
+            log.info("delivery %s not delivered: %s: %s", delivery.id, type(exc).__name__, exc)
+            return
+        delivery.status_code = response.status
+        delivery.status = (
+            "OK" if _succeeded(response.status) else f"Invalid HTTP Response: {response.status}"
+        )
+        delivery.response = DeliveryResponse(
+            headers=dict(response.headers), payload=answer[:RESPONSE_KEPT]
+        )
+
+
+def _succeeded(status_code: int | None) -> bool:
+    """Return whether a receiver's answer counts as delivered: GitHub records any 2xx as OK."""
+    return status_code is not None and 200 <= status_code < 300
 
 
 def _read_journal(path: pathlib.Path) -> list[Delivery]:

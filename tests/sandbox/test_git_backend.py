@@ -96,12 +96,16 @@ async def eventually(
 
 @dataclass
 class Receiver:
-    """A webhook endpoint that checks both signatures, as a GitHub App must."""
+    """A webhook endpoint that checks both signatures, as a GitHub App must.
+
+    It answers `answer` to every signed delivery it records (204 unless a test says).
+    """
 
     url: str = ""
     secret: bytes = b""
     deliveries: list[Received] = field(default_factory=list)
     rejected: int = 0
+    answer: int = 204
 
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.read()
@@ -117,7 +121,7 @@ class Receiver:
         self.deliveries.append(
             Received(headers["X-GitHub-Event"], headers["X-GitHub-Delivery"], headers, body)
         )
-        return web.Response(status=204)
+        return web.Response(status=self.answer)
 
     def matching(
         self, event: str, action: str | None = None, where: Callable[[Payload], bool] | None = None
