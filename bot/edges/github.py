@@ -81,8 +81,10 @@ def retry_delay(
         try:
             return min(max(float(retry_after), 0.0), MAX_WAIT_S)
         except ValueError:
-            return None
-    if status in (403, 429) and "secondary rate limit" in message.lower():
+            pass  # malformed: GitHub's minute, as when it gives none
+    if status in (403, 429) and (
+        retry_after is not None or "secondary rate limit" in message.lower()
+    ):
         # GitHub asks for at least a minute when it gives no Retry-After.
         return min(60.0 * attempt, MAX_WAIT_S)
     if status >= 500:

@@ -159,3 +159,11 @@ def test_an_issue_read_through_a_redirect_has_moved() -> None:
     assert moved_elsewhere(ISSUE, {**here, "repository_url": f"{API}/repos/Octo/Widgets"}) is None
     moved = {"repository_url": f"{API}/repos/octo/gadgets", "number": 31}
     assert moved_elsewhere(ISSUE, moved) == "octo/gadgets#31"
+
+
+def test_a_malformed_retry_after_waits_a_minute() -> None:
+    """A Retry-After GitHub's docs never send still means the documented minute.
+
+    mirrors https://docs.github.com/en/rest/using-the-rest-api/rate-limits-for-the-rest-api#exceeding-the-rate-limit
+    """
+    assert retry_delay(403, {"retry-after": "soon"}, "", 1) == 60.0
