@@ -29,7 +29,9 @@ CI_APP_SLUG = "sandbox-ci"
 CI_APP_NAME = "Sandbox CI"
 CI_BOT_LOGIN = "sandbox-ci[bot]"
 ADMIN_LOGIN = "maintainer"
-TOKEN_LIFETIME = datetime.timedelta(hours=1)
+DEFAULT_TOKEN_LIFETIME_S = (
+    3600  # "Installation access tokens expire one hour from the time you create them"
+)
 MAX_JWT_LIFETIME = 600
 ACT_AS_HEADER = "X-Sandbox-As"
 
@@ -74,8 +76,10 @@ class Authenticator:
         key: rsa.RSAPrivateKey,
         permissions: Mapping[str, str],
         faults: Faults,
+        token_lifetime_s: float = DEFAULT_TOKEN_LIFETIME_S,
     ) -> None:
         self.state = state
+        self.token_lifetime = datetime.timedelta(seconds=token_lifetime_s)
         self.public_key = key.public_key()
         self.permissions = dict(permissions)
         self.faults = faults
@@ -159,7 +163,7 @@ class Authenticator:
         repository_ids: list[int] | None,
         permissions: Mapping[str, str],
     ) -> Token:
-        """Create an installation token valid for one hour, dropping expired ones."""
+        """Create an installation token valid for the token lifetime, dropping expired ones."""
         now = _now()
         self.state.tokens = {
             key: tok for key, tok in self.state.tokens.items() if parse_iso(tok.expires_at) > now
@@ -167,7 +171,7 @@ class Authenticator:
         token = Token(
             token="ghs_" + secrets.token_hex(18),
             installation_id=installation_id,
-            expires_at=iso(now + TOKEN_LIFETIME),
+            expires_at=iso(now + self.token_lifetime),
             repository_ids=repository_ids,
             permissions=dict(permissions),
             minted_at=time.time(),

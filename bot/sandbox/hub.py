@@ -22,6 +22,7 @@ from bot.sandbox.auth import (
     CI_APP_NAME,
     CI_APP_SLUG,
     CI_BOT_LOGIN,
+    DEFAULT_TOKEN_LIFETIME_S,
     Actor,
     Authenticator,
     load_or_create_key,
@@ -68,6 +69,7 @@ class Hub:
         webhook_url: str | None,
         manifest: AppManifest,
         ci_timeout: float = DEFAULT_CI_TIMEOUT,
+        token_lifetime_s: float = DEFAULT_TOKEN_LIFETIME_S,
     ) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir = data_dir
@@ -83,7 +85,11 @@ class Hub:
         self.rng = random.Random(0)  # noqa: S311 - seeded on purpose: injected faults must repeat
         self.faults = Faults(self.rng)
         self.auth = Authenticator(
-            self.state, load_or_create_key(self.key_path), self.permissions, self.faults
+            self.state,
+            load_or_create_key(self.key_path),
+            self.permissions,
+            self.faults,
+            token_lifetime_s,
         )
         self.calls = CallCounter()
         self.limits = RateLimits()
