@@ -168,6 +168,7 @@ class LocalBaton:
     processes: dict[str, Process] = field(default_factory=dict)
     sandbox_env: dict[str, str] = field(default_factory=dict)
     web_port: int = 0
+    token_lifetime_s: float = 3600  # how long the sandbox's installation tokens live
 
     @property
     def log_dir(self) -> Path:
@@ -227,6 +228,8 @@ class LocalBaton:
             str(sandbox_dir),
             "--webhook-url",
             f"http://127.0.0.1:{self.web_port}/webhook",
+            "--token-lifetime",
+            str(self.token_lifetime_s),
             env=dict(os.environ),
         )
         wait_until(

@@ -27,10 +27,10 @@ from pydantic import BaseModel, ConfigDict
 
 from bot.domain.inert import inert
 from bot.domain.model import Recovery, Run, RunState
-from bot.domain.render import attempt_table, audit_section, fit_body, state_words
+from bot.domain.render import attempt_table, audit_section, fit_utf8, state_words
 
 CHECK_RUN_NAME = "Baton"
-OUTPUT_LIMIT = 65535  # GitHub's cap on a check run's summary, and on its text
+OUTPUT_LIMIT = 65535  # GitHub's cap on a check run's summary, and on its text, in UTF-8 bytes
 
 
 class CheckPhase(enum.StrEnum):
@@ -237,8 +237,8 @@ def check_run_view(
     return CheckRunView(
         phase=phase,
         title=title,
-        summary=fit_body("\n".join(lines), OUTPUT_LIMIT, pointer=pointer, what="This summary"),
-        text=fit_body("\n".join(table), OUTPUT_LIMIT, pointer=pointer, what="This table"),
+        summary=fit_utf8("\n".join(lines), OUTPUT_LIMIT, pointer=pointer, what="This summary"),
+        text=fit_utf8("\n".join(table), OUTPUT_LIMIT, pointer=pointer, what="This table"),
         details_url=escalation_url,
     )
 

@@ -100,6 +100,21 @@ def fit_body(
     return cut.rstrip("\n") + closing + note + keep
 
 
+def fit_utf8(text: str, limit: int, *, pointer: str, what: str) -> str:
+    """Return fit_body's cut of text in at most limit UTF-8 bytes, whole characters only.
+
+    GitHub measures a check run's summary and text in bytes, not characters. Each pass
+    shrinks the room in characters by the share of bytes still over, so it ends.
+    """
+    room = limit
+    while True:
+        fitted = fit_body(text, room, pointer=pointer, what=what)
+        size = len(fitted.encode())
+        if size <= limit:
+            return fitted
+        room = room * limit // size
+
+
 CLOSER_ROOM = 24  # what closing an open code block and HTML comment may take
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 

@@ -151,7 +151,14 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
         manifest = load_manifest(args.manifest)
     except ManifestError as exc:
         raise CommandError(str(exc)) from exc
-    serve(args.port, args.data_dir, args.webhook_url, host=args.host, manifest=manifest)
+    serve(
+        args.port,
+        args.data_dir,
+        args.webhook_url,
+        host=args.host,
+        manifest=manifest,
+        token_lifetime_s=args.token_lifetime,
+    )
     return 0
 
 
@@ -329,6 +336,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=DEFAULT_MANIFEST_PATH,
         help="the App manifest whose permissions and events Baton's App gets (app.yml)",
+    )
+    sandbox.add_argument(
+        "--token-lifetime",
+        type=float,
+        default=3600,
+        metavar="SECONDS",
+        help="how long installation tokens live (github.com: 3600)",
     )
     status = add("status", cmd_status)
     status.add_argument("--limit", type=int, default=20, help="how many recent runs to list")

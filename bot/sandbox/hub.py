@@ -28,6 +28,7 @@ from bot.sandbox.auth import (
     LINT_APP_NAME,
     LINT_APP_SLUG,
     LINT_CLIENT_ID,
+    DEFAULT_TOKEN_LIFETIME_S,
     Actor,
     Authenticator,
     load_or_create_key,
@@ -76,6 +77,7 @@ class Hub:
         webhook_url: str | None,
         manifest: AppManifest,
         ci_timeout: float = DEFAULT_CI_TIMEOUT,
+        token_lifetime_s: float = DEFAULT_TOKEN_LIFETIME_S,
     ) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir = data_dir
@@ -92,7 +94,11 @@ class Hub:
         self.rng = random.Random(0)  # noqa: S311 - seeded on purpose: injected faults must repeat
         self.faults = Faults(self.rng)
         self.auth = Authenticator(
-            self.state, load_or_create_key(self.key_path), self.permissions, self.faults
+            self.state,
+            load_or_create_key(self.key_path),
+            self.permissions,
+            self.faults,
+            token_lifetime_s,
         )
         self.calls = CallCounter()
         self.limits = RateLimits()

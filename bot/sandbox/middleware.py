@@ -106,7 +106,9 @@ def _conditional(request: web.Request, response: web.StreamResponse) -> web.Stre
     """Tag a successful read with an ETag; answer 304 when the client already holds it.
 
     GitHub: "Most endpoints return an etag header ... You can use the values of these
-    headers to make conditional GET requests"; a 304 carries no body.
+    headers to make conditional GET requests"; a 304 carries no body. The tag covers the
+    Authorization header too, as GitHub's does ("ETag ... includes the authorization"):
+    a tag read with one token is no tag for the next, so a new token reads in full.
     """
     if (
         request.method != "GET"
@@ -115,7 +117,9 @@ def _conditional(request: web.Request, response: web.StreamResponse) -> web.Stre
         or not isinstance(response.body, bytes)
     ):
         return response
-    etag = f'W/"{hashlib.sha256(response.body).hexdigest()[:40]}"'
+    digest = hashlib.sha256(request.headers.get("Authorization", "").encode())
+    digest.update(response.body)
+    etag = f'W/"{digest.hexdigest()[:40]}"'
     response.headers["ETag"] = etag
     held = {
         tag.strip().removeprefix("W/")

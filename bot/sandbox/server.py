@@ -14,6 +14,7 @@ from aiohttp import web
 
 from bot.domain.manifest import AppManifest, load_manifest
 from bot.sandbox import api, checks, git_http, pages
+from bot.sandbox.auth import DEFAULT_TOKEN_LIFETIME_S
 from bot.sandbox.hub import DEFAULT_CI_TIMEOUT, HUB, Hub
 from bot.sandbox.middleware import sandbox_middleware
 
@@ -26,13 +27,21 @@ def create_app(
     webhook_url: str | None,
     public_url: str,
     manifest: AppManifest | None = None,
+    token_lifetime_s: float = DEFAULT_TOKEN_LIFETIME_S,
 ) -> web.Application:
     """Create the sandbox GitHub application, reusing any state already in `data_dir`.
 
     Baton's App gets the permissions and events of `manifest`, app.yml when not given.
     """
     timeout = float(os.environ.get("SANDBOX_CI_TIMEOUT", DEFAULT_CI_TIMEOUT))
-    hub = Hub(data_dir, public_url, webhook_url, manifest or load_manifest(), ci_timeout=timeout)
+    hub = Hub(
+        data_dir,
+        public_url,
+        webhook_url,
+        manifest or load_manifest(),
+        ci_timeout=timeout,
+        token_lifetime_s=token_lifetime_s,
+    )
     app = web.Application(middlewares=[sandbox_middleware], client_max_size=MAX_REQUEST_BYTES)
     app[HUB] = hub
     api.add_routes(app)
@@ -65,9 +74,10 @@ def serve(
     webhook_url: str | None,
     host: str = "127.0.0.1",
     manifest: AppManifest | None = None,
+    token_lifetime_s: float = DEFAULT_TOKEN_LIFETIME_S,
 ) -> None:
     """Run the sandbox until SIGINT or SIGTERM; write data_dir/app.env once listening."""
-    asyncio.run(_serve(port, data_dir.resolve(), webhook_url, host, manifest))
+    asyncio.run(_serve(port, data_dir.resolve(), webhook_url, host, manifest, token_lifetime_s))
 
 
 async def _serve(
@@ -76,8 +86,9 @@ async def _serve(
     webhook_url: str | None,
     host: str,
     manifest: AppManifest | None,
+    token_lifetime_s: float,
 ) -> None:
-    async with running(data_dir, webhook_url, host, port, manifest) as app:
+    async with running(data_dir, webhook_url, host, port, manifest, token_lifetime_s) as app:
         hub = app[HUB]
         env_path = data_dir / "app.env"
         write_env(env_path, hub.settings())
@@ -96,6 +107,7 @@ async def running(
     host: str = "127.0.0.1",
     port: int = 0,
     manifest: AppManifest | None = None,
+    token_lifetime_s: float = DEFAULT_TOKEN_LIFETIME_S,
 ) -> AsyncIterator[web.Application]:
     """Serve the sandbox on host:port (0: a free port) for the duration of the block."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
@@ -105,7 +117,7 @@ async def running(
     sock.setblocking(False)
     url_host = "127.0.0.1" if host in _WILDCARD_HOSTS else f"[{host}]" if ":" in host else host
     public_url = f"http://{url_host}:{sock.getsockname()[1]}"
-    app = create_app(data_dir, webhook_url, public_url, manifest)
+    app = create_app(data_dir, webhook_url, public_url, manifest, token_lifetime_s)
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
     try:

@@ -172,3 +172,17 @@ def test_a_pull_request_github_refused_as_a_draft_says_so_in_one_line() -> None:
     assert render.DRAFTS_REFUSED_LINE in text.splitlines()
     assert render.DRAFTS_REFUSED_LINE not in render.status_comment(run, utcnow())
     assert render.status_key(refused, None, None) != render.status_key(run, None, None)
+
+
+@pytest.mark.parametrize("char", ["é", "€", "𝄞", "x"])
+def test_a_check_run_text_is_cut_to_github_s_limit_in_bytes_on_a_character_boundary(
+    char: str,
+) -> None:
+    """GitHub measures a check run's summary and text in UTF-8 bytes (65535 at most)."""
+    text = "\n".join(char * 70 for _ in range(2000))
+    fitted = render.fit_utf8(text, 65535, pointer=POINTER, what="This summary")
+    assert len(fitted.encode()) <= 65535
+    assert fitted.startswith(char * 70)
+    assert "the rest is in" in fitted
+    short = "é" * 100
+    assert render.fit_utf8(short, 65535, pointer=POINTER, what="This summary") == short

@@ -179,7 +179,7 @@ async def test_check_runs_are_validated_and_owned_as_github_does(sandbox: Sandbo
     commit's sha) are required; conclusion is "Required if you provide completed_at or a
     status of completed"; "Only GitHub Actions can set a status of waiting, pending, or
     requested"; "You cannot change a check run conclusion to stale"; an output needs a
-    title and a summary of at most 65535 characters; times are ISO 8601. Only a GitHub
+    title and a summary of at most 65535 bytes; times are ISO 8601. Only a GitHub
     App creates runs (checks: write), and only the App that created a run may update it:
     "Invalid app_id ... check run can only be modified by the GitHub App that created it".
     """

@@ -7,7 +7,7 @@ import re
 from typing import Literal
 
 from aiohttp import web
-from pydantic import AwareDatetime, BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, Field, field_validator
 
 from bot.sandbox import checks
 from bot.sandbox.hub import Hub, actor_of, hub_of, login_of, repo_of
@@ -44,7 +44,9 @@ CheckStatus = Literal["queued", "in_progress", "completed"]
 Conclusion = Literal[
     "action_required", "cancelled", "failure", "neutral", "success", "skipped", "timed_out"
 ]
-OUTPUT_LIMIT = 65535  # "Maximum length: 65535 characters" of a summary, and of a text
+# A summary, and a text, hold at most 65535 bytes: GitHub counts the UTF-8 encoding
+# ("Maximum length: 65535 characters" in the reference; the check fails on bytes).
+OUTPUT_LIMIT = 65535
 _FULL_SHA = re.compile(r"[0-9a-f]{40}")
 
 
@@ -52,8 +54,15 @@ class OutputBody(BaseModel):
     """The output block of a check run request: title and summary required, as GitHub's are."""
 
     title: str
-    summary: str = Field(max_length=OUTPUT_LIMIT)
-    text: str | None = Field(default=None, max_length=OUTPUT_LIMIT)
+    summary: str
+    text: str | None = None
+
+    @field_validator("summary", "text")
+    @classmethod
+    def _fits(cls, value: str | None) -> str | None:
+        if value is not None and len(value.encode()) > OUTPUT_LIMIT:
+            raise ValueError(f"is longer than {OUTPUT_LIMIT} bytes")
+        return value
 
 
 class CheckRunBody(BaseModel):
