@@ -168,6 +168,7 @@ class LocalBaton:
     processes: dict[str, Process] = field(default_factory=dict)
     sandbox_env: dict[str, str] = field(default_factory=dict)
     web_port: int = 0
+    sandbox_args: tuple[str, ...] = ()  # more options for `baton sandbox`
 
     @property
     def log_dir(self) -> Path:
@@ -227,6 +228,7 @@ class LocalBaton:
             str(sandbox_dir),
             "--webhook-url",
             f"http://127.0.0.1:{self.web_port}/webhook",
+            *self.sandbox_args,
             env=dict(os.environ),
         )
         wait_until(
