@@ -48,3 +48,47 @@ def sweep_may_spend(budget: RateBudget | None, now: float) -> bool:
     if budget is None:
         return True
     return budget.left_at(now) > budget.limit * SWEEP_RESERVE
+
+
+# GitHub's secondary rate limits for content-creating requests, per installation
+# ("Rate limits for the REST API" -> "About secondary rate limits"; "Best practices
+# for using the REST API": writes one at a time, at least a second apart).
+WRITE_SPACING_S = 1.0
+WRITES_PER_MINUTE = 80
+WRITES_PER_HOUR = 500
+# Low-priority writes (status comments) leave this many of a minute's writes to the rest,
+# so a label, a PR or a check run always finds room however many comments wait.
+LOW_PRIORITY_RESERVE = 20
+# GitHub's wait when a secondary-limit answer names none, doubled per repeated answer.
+SECONDARY_STOP_S = 60.0
+# A job that would wait longer than this is put back in the queue, not slept in a worker.
+HOLD_WORKER_S = 30.0
+
+
+def secondary_stop_s(retry_after: str | None, consecutive: int) -> float:
+    """Return how long every request to an installation stops after a secondary-limit answer.
+
+    GitHub's Retry-After is honoured in full, however long; when it is missing or
+    malformed, a minute, doubled for each answer in a row (60, 120, 240, ...).
+    """
+    if retry_after is not None:
+        try:
+            seconds = float(retry_after)
+        except ValueError:
+            seconds = -1.0
+        if seconds >= 0:
+            return seconds
+    return SECONDARY_STOP_S * 2 ** max(consecutive - 1, 0)
+
+
+def window_admits(remaining: int, *, urgent: bool, reserve: int = LOW_PRIORITY_RESERVE) -> bool:
+    """Tell whether a write may take a place in a window with `remaining` places left.
+
+    An urgent write may take the last place; a low-priority one only leaves the reserve.
+    """
+    return remaining > (0 if urgent else reserve)
+
+
+def reschedules(wait_s: float) -> bool:
+    """Tell whether a wait is long enough that the job is put back rather than slept."""
+    return wait_s > HOLD_WORKER_S

@@ -29,7 +29,7 @@ from gidgethub import BadRequest, HTTPException, apps, sansio
 from gidgethub.aiohttp import GitHubAPI
 
 from bot.domain.model import utcnow
-from bot.domain.pacing import RateBudget, budget_from_headers
+from bot.domain.pacing import RateBudget, budget_from_headers, secondary_stop_s
 from bot.edges.store import CachedToken, Store
 from bot.ops.metrics import GITHUB_API_CALLS, GITHUB_RATE_LIMIT_REMAINING, Tally
 from bot.ops.settings import Settings
@@ -69,24 +69,16 @@ def retry_delay(
     """Return how long to wait before retrying a failed request, or None not to retry.
 
     Server errors back off exponentially with jitter; secondary rate limits
-    (403 or 429) wait as long as GitHub's Retry-After says. A token minted less
+    (403 or 429) wait as long as GitHub's Retry-After says, in full however long
+    (retrying early can get an integration banned), else a minute doubled per repeat. A token minted less
     than FRESH_TOKEN_S ago (token_age_s) that is refused is retried until it is
     that old. A primary rate limit or any other client error is not retried:
     waiting an hour belongs to a scheduler, not to a request.
     """
     if attempt >= MAX_ATTEMPTS:
         return None
-    retry_after = headers.get("retry-after") or headers.get("Retry-After")
-    if status in (403, 429) and retry_after is not None:
-        try:
-            return min(max(float(retry_after), 0.0), MAX_WAIT_S)
-        except ValueError:
-            pass  # malformed: GitHub's minute, as when it gives none
-    if status in (403, 429) and (
-        retry_after is not None or "secondary rate limit" in message.lower()
-    ):
-        # GitHub asks for at least a minute when it gives no Retry-After.
-        return min(60.0 * attempt, MAX_WAIT_S)
+    if is_secondary_limit(status, headers, message):
+        return secondary_stop_s(retry_after_header(headers), attempt)
     if status >= 500:
         backoff = base_s * 2 ** (attempt - 1)
         return float(min(backoff + random.uniform(0, backoff / 2), MAX_WAIT_S))  # noqa: S311
@@ -98,6 +90,18 @@ def retry_delay(
     ):
         return min(FRESH_TOKEN_STEP_S * attempt, FRESH_TOKEN_S - token_age_s)
     return None
+
+
+def retry_after_header(headers: Mapping[str, str]) -> str | None:
+    """Return an answer's Retry-After, however it is spelt."""
+    return headers.get("retry-after") or headers.get("Retry-After")
+
+
+def is_secondary_limit(status: int, headers: Mapping[str, str], message: str) -> bool:
+    """Tell a secondary-limit answer: a 403 or 429 with Retry-After, or that says so."""
+    return status in (403, 429) and (
+        retry_after_header(headers) is not None or "secondary rate limit" in message.lower()
+    )
 
 
 def refuses_token(status: int, message: str) -> bool:

@@ -177,7 +177,8 @@ def test_settlement_ignores_what_is_not_for_this_run(run: Run, sha: str, verdict
         (403, {"Retry-After": "7"}, "You have exceeded a secondary rate limit", 1, 7.0),
         (429, {"retry-after": "3"}, "", 2, 3.0),
         (403, {}, "You have exceeded a secondary rate limit", 1, 60.0),
-        (403, {"Retry-After": "9999"}, "", 1, 120.0),
+        (403, {"Retry-After": "9999"}, "", 1, 9999.0),  # hours are honoured, never cut
+        (403, {}, "You have exceeded a secondary rate limit", 3, 240.0),  # doubled per repeat
         (403, {}, "Resource not accessible by integration", 1, None),
         (404, {}, "Not Found", 1, None),
         (422, {}, "Validation Failed", 1, None),
