@@ -12,7 +12,7 @@ from typing import ParamSpec
 from gidgethub import BadRequest
 
 from bot.domain.model import IssueRef
-from bot.edges.github import InstallationGone
+from bot.edges.github import InstallationGone, WritesPaused
 from bot.edges.queue import Dispatcher
 from bot.edges.store import Store
 from bot.ops.logs import log_context
@@ -61,6 +61,13 @@ def job(func: Callable[P, str]) -> Callable[P, str]:
                 # nothing can be done for it, now or on a retry.
                 log.warning("nothing done: %s", exc)
                 outcome = "installation-gone"
+                return outcome
+            except WritesPaused as exc:
+                # GitHub asked for a long wait: the worker goes on with other work, and
+                # this job runs again, whole, when the wait ends (jobs are safe to run twice).
+                log.warning("put back: %s", exc)
+                services().dispatch.enqueue_current_again(exc.until)
+                outcome = "paused"
                 return outcome
             except BadRequest as exc:
                 issue = _issue_named(named)

@@ -78,7 +78,7 @@ def secondary_stop_s(retry_after: str | None, consecutive: int) -> float:
             seconds = -1.0
         if seconds >= 0:
             return seconds
-    return SECONDARY_STOP_S * 2 ** max(consecutive - 1, 0)
+    return float(SECONDARY_STOP_S * 2 ** max(consecutive - 1, 0))
 
 
 def window_admits(remaining: int, *, urgent: bool, reserve: int = LOW_PRIORITY_RESERVE) -> bool:

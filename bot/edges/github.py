@@ -18,7 +18,7 @@ from collections.abc import (
 )
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -29,7 +29,7 @@ from gidgethub import BadRequest, HTTPException, apps, sansio
 from gidgethub.aiohttp import GitHubAPI
 
 from bot.domain.model import utcnow
-from bot.domain.pacing import RateBudget, budget_from_headers, secondary_stop_s
+from bot.domain.pacing import RateBudget, budget_from_headers, reschedules, secondary_stop_s
 from bot.edges.store import CachedToken, Store
 from bot.ops.metrics import GITHUB_API_CALLS, GITHUB_RATE_LIMIT_REMAINING, Tally
 from bot.ops.settings import Settings
@@ -70,10 +70,11 @@ def retry_delay(
 
     Server errors back off exponentially with jitter; secondary rate limits
     (403 or 429) wait as long as GitHub's Retry-After says, in full however long
-    (retrying early can get an integration banned), else a minute doubled per repeat. A token minted less
-    than FRESH_TOKEN_S ago (token_age_s) that is refused is retried until it is
-    that old. A primary rate limit or any other client error is not retried:
-    waiting an hour belongs to a scheduler, not to a request.
+    (retrying early can get an integration banned), else a minute doubled per
+    repeat. A token minted less than FRESH_TOKEN_S ago (token_age_s) that is
+    refused is retried until it is that old. A primary rate limit or any other
+    client error is not retried: waiting an hour belongs to a scheduler, not to a
+    request.
     """
     if attempt >= MAX_ATTEMPTS:
         return None
@@ -183,6 +184,10 @@ class Caller:
     token: Callable[[], Awaitable[CachedToken]] | None = None
     on_budget: Callable[[RateBudget], None] | None = None
     on_refused: Callable[[], None] | None = None  # GitHub refused the token for good: 401
+    # Until when GitHub asked every request of the installation to wait, shared by all
+    # processes; and how a secondary-limit answer is made known to them.
+    stopped_until: Callable[[], float | None] | None = None
+    on_stop: Callable[[float], None] | None = None
 
     @property
     def series(self) -> str:
@@ -236,7 +241,12 @@ class GitHubClient(GitHubAPI):
     async def _request(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes = b""
     ) -> tuple[int, Mapping[str, str], bytes]:
-        """Make one HTTP request with a valid token, counting it by method and status class."""
+        """Make one HTTP request with a valid token, counting it by method and status class.
+
+        A request of an installation that GitHub asked to wait waits first, however
+        that was learnt (by this process or another).
+        """
+        await self._wait_for_stop()
         if self._caller.token is not None:
             token = await self._caller.token()
             self._minted_at = token.minted_at
@@ -257,6 +267,20 @@ class GitHubClient(GitHubAPI):
                     self._caller.on_budget(budget)
         return status, response_headers, data
 
+    async def _wait_for_stop(self) -> None:
+        """Wait out the installation's secondary-limit stop; give the worker back if it is long."""
+        if self._caller.stopped_until is None:
+            return
+        until = None
+        with _best_effort("a secondary-limit stop read"):
+            until = self._caller.stopped_until()
+        if until is None or until <= time.time():
+            return
+        wait = until - time.time()
+        if reschedules(wait):
+            raise WritesPaused(self._caller.installation_id, until)
+        await self.sleep(wait)
+
     async def handle_rate_limit_error(
         self, *, method: str, url: str, exception: HTTPException, attempt: int
     ) -> bool:
@@ -276,6 +300,10 @@ class GitHubClient(GitHubAPI):
             ):
                 return self._renew_refused_token()
             return False
+        if is_secondary_limit(
+            int(exception.status_code), exception.headers, str(exception)
+        ) and self._stop(time.time() + delay):
+            raise WritesPaused(self._caller.installation_id, time.time() + delay) from exception
         log.warning(
             "GitHub answered %s to %s %s; retry %d in %.1fs",
             int(exception.status_code),
@@ -287,6 +315,17 @@ class GitHubClient(GitHubAPI):
         await self.sleep(delay)
         return True
 
+    def _stop(self, until: float) -> bool:
+        """Make a secondary-limit stop known to every process; tell whether it is too long to sleep.
+
+        The App's own calls (no installation) share no stop, and sleep it out.
+        """
+        if self._caller.on_stop is None:
+            return False
+        with _best_effort("a secondary-limit stop kept"):
+            self._caller.on_stop(until)
+        return reschedules(until - time.time())
+
     def _renew_refused_token(self) -> bool:
         """Drop a refused token; retry once with a fresh one, never again if it too is refused."""
         if self._caller.on_refused is None or self._caller.token is None:
@@ -297,6 +336,23 @@ class GitHubClient(GitHubAPI):
             return False  # revoked or suspended: GitHub's 401 is the caller's to see
         self._renewed = True
         return True
+
+
+class WritesPaused(BadRequest):
+    """GitHub asked the installation to wait longer than a job should hold its worker.
+
+    The job is put back in the queue for the instant the wait ends (jobs.job); where
+    it is caught as a failed call, what it did so far is kept and retried later.
+    """
+
+    def __init__(self, installation_id: int | None, until: float) -> None:
+        super().__init__(
+            HTTPStatus.FORBIDDEN,
+            f"installation {installation_id} waits for GitHub's secondary rate limit until "
+            f"{datetime.fromtimestamp(until, UTC).isoformat(timespec='seconds')}",
+        )
+        self.installation_id = installation_id
+        self.until = until
 
 
 class InstallationGone(BadRequest):
@@ -407,7 +463,18 @@ class GitHubApp:
         async def token() -> CachedToken:
             return await self._token(installation_id)
 
-        caller = Caller(installation_id, token, record, refused)
+        def stopped_until() -> float | None:
+            return self._store.installation_stopped_until(self.identity, installation_id)
+
+        def stop(until: float) -> None:
+            log.warning(
+                "GitHub asked installation %d to wait %.0fs (secondary rate limit)",
+                installation_id,
+                until - time.time(),
+            )
+            self._store.stop_installation(self.identity, installation_id, until)
+
+        caller = Caller(installation_id, token, record, refused, stopped_until, stop)
         return self._client(caller, str(installation_id), oauth_token=LIVE_TOKEN)
 
     async def learn_bot_login(self) -> str:

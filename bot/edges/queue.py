@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
-from rq import Queue, Retry
+from rq import Queue, Retry, get_current_job
 from rq.job import Job, JobStatus
 from rq.queue import EnqueueData
 
@@ -91,6 +91,26 @@ class Dispatcher:
         self.queues[spec.queue].enqueue_at(
             not_before, spec.func, *spec.args, job_timeout=spec.timeout_s, **_rq_options(spec)
         )
+
+    def enqueue_current_again(self, until: float) -> None:
+        """Schedule the running job again, with its arguments, for the instant until.
+
+        Its id gains the instant, as RQ still holds the running job under its own; a
+        repeat of the same wait names the same id, so it is scheduled once.
+        """
+        current = get_current_job()
+        if current is None or current.func_name is None:
+            raise RuntimeError("no RQ job is running to put back")
+        base = current.id.split("_paused-", 1)[0]
+        spec = JobSpec(
+            func=current.func_name,
+            args=tuple(current.args),
+            job_id=f"{base}_paused-{int(until)}",
+            queue=current.origin,
+            timeout_s=int(current.timeout or 180),
+            description=current.description or base,
+        )
+        self.enqueue_at(spec, datetime.fromtimestamp(until, UTC))
 
     def enqueue_unless_pending(self, spec: JobSpec) -> bool:
         """Enqueue a job unless it already waits in its queue or runs; return whether it did.

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import pytest
 from gidgethub import BadRequest, GitHubBroken
 
 from bot.devkit.maintainer import Maintainer
-from bot.edges.github import MAX_ATTEMPTS, GitHubApp, InstallationSuspended
+from bot.edges.github import (
+    MAX_ATTEMPTS,
+    GitHubApp,
+    InstallationSuspended,
+    WritesPaused,
+    github_app,
+)
 from bot.edges.store import Store
+from bot.ops.settings import Settings
 
 REPO_PATH = "/repos/{+repo}"
 
@@ -181,3 +190,68 @@ async def test_a_suspended_installation_is_refused_with_a_clear_error_not_retrie
     await maintainer.suspend_installation(1)
     with pytest.raises(InstallationSuspended, match="installation 1 is suspended"):
         await gh.getitem(REPO_PATH, {"repo": "maintainer/widgets"})
+
+
+async def test_a_secondary_limit_of_hours_is_honoured_in_full_by_every_process(
+    app: GitHubApp, maintainer: Maintainer, store: Store, sandbox: dict[str, str], redis_url: str
+) -> None:
+    """Mirrors https://docs.github.com/en/rest/using-the-rest-api/best-practices-for-using-the-rest-api:
+    "If you receive a rate limit error, you should stop making requests temporarily
+    ... If the retry-after response header is present, you should not retry your
+    request until after that many seconds has elapsed." Continuing early "may result
+    in the banning of your integration", so two hours are waited, not cut, and not
+    slept in a worker: the job is put back, and another process's call waits too.
+    """
+    await maintainer.gh.post("/user/repos", data={"name": "widgets"})
+    gh = await app.for_installation(1)
+    await fault(
+        maintainer,
+        method="POST",
+        path="^/repos/maintainer/widgets/issues$",
+        status=403,
+        retry_after=7200,
+        count=1,
+    )
+    before = time.time()
+    with pytest.raises(WritesPaused) as paused:
+        await gh.post(REPO_PATH + "/issues", {"repo": "maintainer/widgets"}, data={"title": "t"})
+    assert before + 7200 <= paused.value.until <= time.time() + 7200
+    stopped = store.installation_stopped_until(app.identity, 1)
+    assert stopped is not None and stopped >= before + 7200
+
+    await maintainer.gh.delete("/_sandbox/calls")
+    env = {k: v for k, v in sandbox.items() if k != "SANDBOX_ADMIN_TOKEN"}
+    async with github_app(Settings(**env, REDIS_URL=redis_url), store) as other_process:
+        other = await other_process.for_installation(1)
+        with pytest.raises(WritesPaused):
+            await other.getitem(REPO_PATH, {"repo": "maintainer/widgets"})
+    counted = await calls(maintainer)
+    sent = [call for kind in counted.values() for call in kind["calls"] if "/widgets" in call]
+    assert sent == []  # nothing reached GitHub while it asked for quiet
+    issues = await maintainer.gh.getitem(REPO_PATH + "/issues", {"repo": "maintainer/widgets"})
+    assert issues == []  # and the refused write was not made twice
+
+
+async def test_a_short_secondary_limit_is_waited_out_by_every_process(
+    app: GitHubApp, maintainer: Maintainer, store: Store
+) -> None:
+    """Mirrors the same page: a wait of a second is slept, and shared with other clients."""
+    await maintainer.gh.post("/user/repos", data={"name": "widgets"})
+    gh = await app.for_installation(1)
+    await fault(
+        maintainer,
+        method="GET",
+        path="^/repos/maintainer/widgets$",
+        status=429,
+        retry_after=2,
+        count=1,
+    )
+    before = time.time()
+    first = asyncio.create_task(gh.getitem(REPO_PATH, {"repo": "maintainer/widgets"}))
+    await asyncio.sleep(0.5)  # the first call has been told to wait
+    other = await app.for_installation(1)
+    await maintainer.gh.delete("/_sandbox/calls")
+    repo = await other.getitem(REPO_PATH, {"repo": "maintainer/widgets"})
+    assert repo["name"] == "widgets"
+    assert time.time() - before >= 2  # the other client waited out the same stop
+    assert (await first)["name"] == "widgets"

@@ -16,6 +16,16 @@ RATE_LIMITS_TTL_S = 7 * 24 * 3600  # an installation silent for a week is shown 
 CONDITIONAL_TTL_S = 24 * 3600  # an ETag older than a day is rarely still current
 
 
+# Set the stop unless a longer one stands, in one step: two workers told to wait
+# different lengths at once keep the longer.
+_LONGER_STOP = """
+local current = redis.call('GET', KEYS[1])
+if not current or tonumber(current) < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[2])
+end
+"""
+
+
 class CachedToken(NamedTuple):
     """An installation token as cached, and when it was minted (epoch seconds)."""
 
@@ -80,6 +90,24 @@ class CacheStore(StoreBase):
     def forget_installation_token(self, app: str, installation_id: int) -> None:
         """Drop the cached token of the app's installation (GitHub refused it: revoked)."""
         self.redis.delete(keys.installation_token(app, installation_id))
+
+    def stop_installation(self, app: str, installation_id: int, until: float) -> None:
+        """Record that GitHub asked every request of the installation to wait until `until`.
+
+        A later, longer stop replaces a shorter one; a shorter one never cuts a longer.
+        """
+        self.redis.eval(
+            _LONGER_STOP,
+            1,
+            keys.secondary_stop(app, installation_id),
+            repr(until),
+            int(until * 1000) + 1,
+        )
+
+    def installation_stopped_until(self, app: str, installation_id: int) -> float | None:
+        """Return until when the installation's requests wait for a secondary limit, if they do."""
+        value = self.redis.get(keys.secondary_stop(app, installation_id))
+        return float(value) if value is not None else None
 
     def record_rate_limit(self, app: str, installation_id: int, budget: RateBudget) -> None:
         """Remember what GitHub last said of an installation's hourly request budget."""
