@@ -99,6 +99,7 @@ KEYS = {
         "baton:app:gh:installation:3:token",
     ),
     "rate_limits": (keys.rate_limits("gh"), "baton:app:gh:rate-limits"),
+    "secondary_stop": (keys.secondary_stop("gh", 7), "baton:app:gh:installation:7:stop"),
     "conditional_read": (
         keys.conditional_read("installation-3", URL),
         "baton:etag:installation-3:2e1aaba365ffb4b610ce550c484272f5",
