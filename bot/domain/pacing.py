@@ -50,15 +50,6 @@ def sweep_may_spend(budget: RateBudget | None, now: float) -> bool:
     return budget.left_at(now) > budget.limit * SWEEP_RESERVE
 
 
-# GitHub's secondary rate limits for content-creating requests, per installation
-# ("Rate limits for the REST API" -> "About secondary rate limits"; "Best practices
-# for using the REST API": writes one at a time, at least a second apart).
-WRITE_SPACING_S = 1.0
-WRITES_PER_MINUTE = 80
-WRITES_PER_HOUR = 500
-# Low-priority writes (status comments) leave this many of a minute's writes to the rest,
-# so a label, a PR or a check run always finds room however many comments wait.
-LOW_PRIORITY_RESERVE = 20
 # GitHub's wait when a secondary-limit answer names none, doubled per repeated answer.
 SECONDARY_STOP_S = 60.0
 # A job that would wait longer than this is put back in the queue, not slept in a worker.
@@ -79,14 +70,6 @@ def secondary_stop_s(retry_after: str | None, consecutive: int) -> float:
         if seconds >= 0:
             return seconds
     return float(SECONDARY_STOP_S * 2 ** max(consecutive - 1, 0))
-
-
-def window_admits(remaining: int, *, urgent: bool, reserve: int = LOW_PRIORITY_RESERVE) -> bool:
-    """Tell whether a write may take a place in a window with `remaining` places left.
-
-    An urgent write may take the last place; a low-priority one only leaves the reserve.
-    """
-    return remaining > (0 if urgent else reserve)
 
 
 def reschedules(wait_s: float) -> bool:

@@ -274,9 +274,8 @@ class GitHubClient(GitHubAPI):
         until = None
         with _best_effort("a secondary-limit stop read"):
             until = self._caller.stopped_until()
-        if until is None or until <= time.time():
+        if until is None or (wait := until - time.time()) <= 0:
             return
-        wait = until - time.time()
         if reschedules(wait):
             raise WritesPaused(self._caller.installation_id, until)
         await self.sleep(wait)
@@ -300,10 +299,11 @@ class GitHubClient(GitHubAPI):
             ):
                 return self._renew_refused_token()
             return False
+        until = time.time() + delay
         if is_secondary_limit(
             int(exception.status_code), exception.headers, str(exception)
-        ) and self._stop(time.time() + delay):
-            raise WritesPaused(self._caller.installation_id, time.time() + delay) from exception
+        ) and self._stop(until):
+            raise WritesPaused(self._caller.installation_id, until) from exception
         log.warning(
             "GitHub answered %s to %s %s; retry %d in %.1fs",
             int(exception.status_code),

@@ -4,13 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.domain.pacing import (
-    HOLD_WORKER_S,
-    LOW_PRIORITY_RESERVE,
-    reschedules,
-    secondary_stop_s,
-    window_admits,
-)
+from bot.domain.pacing import HOLD_WORKER_S, reschedules, secondary_stop_s
 
 
 @pytest.mark.parametrize(
@@ -29,13 +23,6 @@ def test_a_secondary_limit_stops_for_retry_after_or_a_growing_minute(
     retry_after: str | None, consecutive: int, expected: float
 ) -> None:
     assert secondary_stop_s(retry_after, consecutive) == expected
-
-
-def test_status_comments_leave_the_reserve_to_urgent_writes() -> None:
-    assert window_admits(1, urgent=True)
-    assert not window_admits(0, urgent=True)
-    assert not window_admits(LOW_PRIORITY_RESERVE, urgent=False)
-    assert window_admits(LOW_PRIORITY_RESERVE + 1, urgent=False)
 
 
 def test_only_a_long_wait_gives_the_worker_back() -> None:

@@ -13,6 +13,7 @@ from bot.devkit.maintainer import Maintainer
 from bot.edges.github import (
     MAX_ATTEMPTS,
     GitHubApp,
+    GitHubClient,
     InstallationSuspended,
     WritesPaused,
     github_app,
@@ -192,6 +193,24 @@ async def test_a_suspended_installation_is_refused_with_a_clear_error_not_retrie
         await gh.getitem(REPO_PATH, {"repo": "maintainer/widgets"})
 
 
+async def once_limited(
+    app: GitHubApp, maintainer: Maintainer, method: str, below: str, status: int, retry_after: int
+) -> GitHubClient:
+    """Make maintainer/widgets, whose next `method` at `below` the repository is refused
+    once as a secondary limit; return an installation client of it."""
+    await maintainer.gh.post("/user/repos", data={"name": "widgets"})
+    gh = await app.for_installation(1)
+    await fault(
+        maintainer,
+        method=method,
+        path=f"^/repos/maintainer/widgets{below}$",
+        status=status,
+        retry_after=retry_after,
+        count=1,
+    )
+    return gh
+
+
 async def test_a_secondary_limit_of_hours_is_honoured_in_full_by_every_process(
     app: GitHubApp, maintainer: Maintainer, store: Store, sandbox: dict[str, str], redis_url: str
 ) -> None:
@@ -202,16 +221,7 @@ async def test_a_secondary_limit_of_hours_is_honoured_in_full_by_every_process(
     in the banning of your integration", so two hours are waited, not cut, and not
     slept in a worker: the job is put back, and another process's call waits too.
     """
-    await maintainer.gh.post("/user/repos", data={"name": "widgets"})
-    gh = await app.for_installation(1)
-    await fault(
-        maintainer,
-        method="POST",
-        path="^/repos/maintainer/widgets/issues$",
-        status=403,
-        retry_after=7200,
-        count=1,
-    )
+    gh = await once_limited(app, maintainer, "POST", "/issues", 403, retry_after=7200)
     before = time.time()
     with pytest.raises(WritesPaused) as paused:
         await gh.post(REPO_PATH + "/issues", {"repo": "maintainer/widgets"}, data={"title": "t"})
@@ -235,17 +245,8 @@ async def test_a_secondary_limit_of_hours_is_honoured_in_full_by_every_process(
 async def test_a_short_secondary_limit_is_waited_out_by_every_process(
     app: GitHubApp, maintainer: Maintainer, store: Store
 ) -> None:
-    """Mirrors the same page: a wait of a second is slept, and shared with other clients."""
-    await maintainer.gh.post("/user/repos", data={"name": "widgets"})
-    gh = await app.for_installation(1)
-    await fault(
-        maintainer,
-        method="GET",
-        path="^/repos/maintainer/widgets$",
-        status=429,
-        retry_after=2,
-        count=1,
-    )
+    """Mirrors the same page: a wait of seconds is slept, and shared with other clients."""
+    gh = await once_limited(app, maintainer, "GET", "", 429, retry_after=2)
     before = time.time()
     first = asyncio.create_task(gh.getitem(REPO_PATH, {"repo": "maintainer/widgets"}))
     await asyncio.sleep(0.5)  # the first call has been told to wait
