@@ -8,6 +8,8 @@ of an hour's budget, which is left to runs, whose work a maintainer is waiting f
 
 from __future__ import annotations
 
+import contextlib
+import math
 from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
@@ -52,6 +54,7 @@ def sweep_may_spend(budget: RateBudget | None, now: float) -> bool:
 
 # GitHub's wait when a secondary-limit answer names none, doubled per repeated answer.
 SECONDARY_STOP_S = 60.0
+LONGEST_STOP_S = 24 * 3600.0
 # A job that would wait longer than this is put back in the queue, not slept in a worker.
 HOLD_WORKER_S = 30.0
 
@@ -59,17 +62,18 @@ HOLD_WORKER_S = 30.0
 def secondary_stop_s(retry_after: str | None, consecutive: int) -> float:
     """Return how long every request to an installation stops after a secondary-limit answer.
 
-    GitHub's Retry-After is honoured in full, however long; when it is missing or
-    malformed, a minute, doubled for each answer in a row (60, 120, 240, ...).
+    GitHub's Retry-After is honoured in full, hours included; when it is missing or
+    malformed (not a finite number of seconds), a minute, doubled for each answer in
+    a row (60, 120, 240, ...). Nothing stops longer than a day: an answer asking for
+    more is not one GitHub gives, and must not silence an installation for ever.
     """
+    seconds = -1.0
     if retry_after is not None:
-        try:
+        with contextlib.suppress(ValueError):
             seconds = float(retry_after)
-        except ValueError:
-            seconds = -1.0
-        if seconds >= 0:
-            return seconds
-    return float(SECONDARY_STOP_S * 2 ** max(consecutive - 1, 0))
+    if not math.isfinite(seconds) or seconds < 0:
+        seconds = SECONDARY_STOP_S * 2 ** max(consecutive - 1, 0)
+    return float(min(seconds, LONGEST_STOP_S))
 
 
 def reschedules(wait_s: float) -> bool:

@@ -109,6 +109,7 @@ class Dispatcher:
             queue=current.origin,
             timeout_s=int(current.timeout or 180),
             description=current.description or base,
+            retry_intervals_s=tuple(current.retry_intervals or ()),
         )
         self.enqueue_at(spec, datetime.fromtimestamp(until, UTC))
 

@@ -17,6 +17,9 @@ from bot.domain.pacing import HOLD_WORKER_S, reschedules, secondary_stop_s
         (None, 4, 480.0),  # doubled for each answer in a row
         ("soon", 1, 60.0),  # malformed: as if none
         ("-5", 2, 120.0),
+        ("inf", 1, 60.0),  # not a finite number of seconds: as if none
+        ("nan", 3, 240.0),
+        ("1e12", 1, 86400.0),  # no answer silences an installation for more than a day
     ],
 )
 def test_a_secondary_limit_stops_for_retry_after_or_a_growing_minute(
