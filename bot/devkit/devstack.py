@@ -197,7 +197,8 @@ class LocalBaton:
 
     def baton_env(self) -> dict[str, str]:
         """Return the environment Baton's processes run with."""
-        keep = ("PATH", "HOME", "LANG", "SYSTEMROOT", "TMPDIR", "VIRTUAL_ENV")
+        # PYTHONPATH too: a checkout run from its own tree runs its own Baton, not an install.
+        keep = ("PATH", "PYTHONPATH", "HOME", "LANG", "SYSTEMROOT", "TMPDIR", "VIRTUAL_ENV")
         env = {name: os.environ[name] for name in keep if name in os.environ}
         env.update({k: v for k, v in self.sandbox_env.items() if k != "SANDBOX_ADMIN_TOKEN"})
         env.update(
