@@ -114,6 +114,9 @@ def redis_answers(url: str) -> bool:
         return False
 
 
+DATABASES = 32  # each end-to-end test module keeps a database of its own on one server
+
+
 def start_redis_server(
     workdir: Path, appendonly: bool = False, binary: str | None = None, port: int | None = None
 ) -> tuple[str, Process]:
@@ -135,6 +138,8 @@ def start_redis_server(
         "",
         "--appendonly",
         "yes" if appendonly else "no",
+        "--databases",
+        str(DATABASES),
     ]
     process = spawn(f"redis-{port}", argv, workdir, dict(os.environ))
     url = f"redis://127.0.0.1:{port}/0"

@@ -183,13 +183,18 @@ class ForwarderProcess:
 
     def _watch(self) -> None:
         while not self._stopping.wait(1.0):
-            if not self._process.is_alive():
+            if not self._process.is_alive() and not self._stopping.is_set():
                 log.error("intake forwarder exited (%s); restarting it", self._process.exitcode)
                 self._process = self._start()
 
+    def winding_down(self) -> None:
+        """Restart the forwarder no more: its worker is stopping (the platform's SIGTERM
+        reaches the forwarder too, and a new one would only delay the worker's exit)."""
+        self._stopping.set()
+
     def stop(self) -> None:
         """Stop the forwarder and wait for it to finish its batch."""
-        self._stopping.set()
+        self.winding_down()
         self._process.terminate()
         self._process.join(10)
 

@@ -77,6 +77,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import jobs.steering  # noqa: F401
 
     dispatch = Dispatcher.from_url(settings.redis_url, settings)
+    # Beside each worker, a forwarder turns accepted deliveries into jobs (bot/edges/intake.py).
+    forwarder = ForwarderProcess(args.verbose)
     worker = BatonWorker(
         [dispatch.queues[name] for name in args.queues],
         connection=dispatch.connection,
@@ -86,9 +88,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
             if settings.agent_sandbox == "off" and AGENTS in args.queues
             else None
         ),
+        on_stop=forwarder.winding_down,
     )
-    # Beside each worker, a forwarder turns accepted deliveries into jobs (bot/edges/intake.py).
-    forwarder = ForwarderProcess(args.verbose)
     try:
         worker.work(burst=args.burst, with_scheduler=True, logging_level="INFO")
     finally:

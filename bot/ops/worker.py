@@ -41,9 +41,10 @@ def _asked_to_stop(_signum: int, _frame: FrameType | None) -> None:
 class BatonWorker(Worker):
     """RQ's forking worker, whose horse stops gracefully and dies with it.
 
-    report_uncontained, when given, is told at every heartbeat that this worker runs
-    its agents with the sandbox off, and for how long that report holds, so every
-    status page and `baton status` shows it, whichever machine they run on.
+    on_stop, when given, is called as the first SIGTERM arrives. report_uncontained,
+    when given, is told at every heartbeat that this worker runs its agents with the
+    sandbox off, and for how long that report holds, so every status page and
+    `baton status` shows it, whichever machine they run on.
     """
 
     def __init__(
@@ -51,10 +52,12 @@ class BatonWorker(Worker):
         *args: Any,
         grace_seconds: float,
         report_uncontained: Callable[[str, float], None] | None = None,
+        on_stop: Callable[[], None] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.grace_seconds = grace_seconds
+        self._on_stop = on_stop
         self._report_uncontained = report_uncontained
         self._worker_pid = os.getpid()
 
@@ -77,6 +80,8 @@ class BatonWorker(Worker):
     def handle_warm_shutdown_request(self) -> None:
         """Ask the horse to wind down, and kill it when the grace period is over."""
         super().handle_warm_shutdown_request()  # type: ignore[no-untyped-call]
+        if self._on_stop is not None:
+            self._on_stop()
         horse = self.horse_pid
         if not horse:
             return

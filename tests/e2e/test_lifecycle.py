@@ -10,8 +10,10 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
 
+import pytest
 from gidgethub import BadRequest
 
 from bot.devkit.devstack import LocalBaton, Process, descendants, worker_running
@@ -125,7 +127,10 @@ async def test_a_worker_told_to_stop_hands_its_run_to_another_at_once_for_free(
     try:
         os.killpg(worker.popen.pid, signal.SIGTERM)  # as a platform's restart does
         # It exits by itself, before the platform's SIGKILL would come.
-        code = await asyncio.to_thread(worker.popen.wait, HEROKU_KILL_S)
+        try:
+            code = await asyncio.to_thread(worker.popen.wait, HEROKU_KILL_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running {HEROKU_KILL_S} s after SIGTERM:\n{worker.log_tail(80)}")
         assert code == 0, worker.log_tail()
         done = await eventually(
             lambda: _attempt_state(store, repo, number, 2, RunState.PUSHED_GREEN),
