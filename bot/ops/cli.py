@@ -79,18 +79,18 @@ def cmd_worker(args: argparse.Namespace) -> int:
     dispatch = Dispatcher.from_url(settings.redis_url, settings)
     # Beside each worker, a forwarder turns accepted deliveries into jobs (bot/edges/intake.py).
     forwarder = ForwarderProcess(args.verbose)
-    worker = BatonWorker(
-        [dispatch.queues[name] for name in args.queues],
-        connection=dispatch.connection,
-        grace_seconds=settings.shutdown_grace_seconds,
-        report_uncontained=(
-            store.report_uncontained
-            if settings.agent_sandbox == "off" and AGENTS in args.queues
-            else None
-        ),
-        on_stop=forwarder.winding_down,
-    )
     try:
+        worker = BatonWorker(
+            [dispatch.queues[name] for name in args.queues],
+            connection=dispatch.connection,
+            grace_seconds=settings.shutdown_grace_seconds,
+            report_uncontained=(
+                store.report_uncontained
+                if settings.agent_sandbox == "off" and AGENTS in args.queues
+                else None
+            ),
+            on_stop=forwarder.winding_down,
+        )
         worker.work(burst=args.burst, with_scheduler=True, logging_level="INFO")
     finally:
         forwarder.stop()
