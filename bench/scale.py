@@ -338,9 +338,14 @@ async def measure(n: int, repos: int, workers: int, workdir: Path) -> Figures:
         redis_url=redis_url,
         agent_command=AGENT,
         # A failed attempt is tried again at once, not after minutes, so the run ends.
+        # Baton's calls are counted, not paced: its write pace is lifted as the sandbox's
+        # limits are below.
         extra_env={
             "BATON_SWEEP_INTERVAL_SECONDS": str(NEVER_S),
             "BATON_BACKOFF_BASE_SECONDS": "0.2",
+            "BATON_WRITE_INTERVAL_SECONDS": "0",
+            "BATON_WRITE_PER_MINUTE": str(UNLIMITED_CALLS),
+            "BATON_WRITE_PER_HOUR": str(UNLIMITED_CALLS),
         },
     )
     try:
@@ -366,12 +371,18 @@ async def measure_on(bench: Bench, n: int, repo_count: int, workers: int) -> Fig
         repo = await maintainer.create_repo(name, PROJECT, bench.baton.workdir)
         made.append(str(repo["full_name"]))
 
-    # Baton's calls are measured, not paced: no installation's hourly budget runs out here.
-    # (A sandbox without rate limits ignores the field; webhook_url is sent back unchanged.)
+    # Baton's calls are measured, not paced: no installation's hourly budget runs out here,
+    # nor its secondary limits (the soak, bench/soak.py, measures Baton under those).
+    # (A sandbox without rate limits ignores the fields; webhook_url is sent back unchanged.)
     config = await maintainer.gh.getitem("/_sandbox/config")
+    unlimited = {
+        "rate_limit": UNLIMITED_CALLS,
+        "secondary_per_minute": UNLIMITED_CALLS,
+        "secondary_per_hour": UNLIMITED_CALLS,
+        "secondary_concurrent": UNLIMITED_CALLS,
+    }
     await maintainer.gh.patch(
-        "/_sandbox/config",
-        data={"webhook_url": config["webhook_url"], "rate_limit": UNLIMITED_CALLS},
+        "/_sandbox/config", data={"webhook_url": config["webhook_url"], **unlimited}
     )
     await bounded([create(name) for name in names], MAINTAINER_CONCURRENCY)
     repos = sorted(made)

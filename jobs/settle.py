@@ -12,12 +12,12 @@ from jobs import job, services
 
 @job
 def settle_head(installation_id: int, repo: str, head_sha: str) -> str:
-    """Settle the run that pushed head_sha, if its checks are final; return what happened."""
-    run = asyncio.run(_settle_head(installation_id, repo, head_sha))
-    return run.state.value if run is not None else "unchanged"
+    """Settle the runs that pushed head_sha, if its checks are final; return what happened."""
+    runs = asyncio.run(_settle_head(installation_id, repo, head_sha))
+    return ", ".join(run.state.value for run in runs) or "unchanged"
 
 
-async def _settle_head(installation_id: int, repo: str, head_sha: str) -> Run | None:
+async def _settle_head(installation_id: int, repo: str, head_sha: str) -> list[Run]:
     """Settle one head, never twice at once: a duplicate waits, then finds it settled.
 
     The result is noted first: a run not yet recorded as pushed finds it once it is,

@@ -19,7 +19,7 @@ from bot.edges.store import Store
 from bot.ops.settings import Settings
 from bot.sandbox.hub import HUB
 from bot.sandbox.server import running
-from tests.support import StackSpec
+from tests.support import COMPRESSED_PACE, StackSpec
 
 # The CLI tests' shared harness and providers assert as the tests do: let pytest explain.
 pytest.register_assert_rewrite("tests.cli_harness", "tests.providers")
@@ -157,8 +157,8 @@ async def maintainer(sandbox: dict[str, str]) -> AsyncIterator[Maintainer]:
 async def app(
     sandbox: dict[str, str], store: Store, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[GitHubApp]:
-    """Return Baton's GitHub App on the sandbox, retrying fast so fault tests stay quick."""
+    """Return Baton's GitHub App on the sandbox, retrying and pacing fast so tests stay quick."""
     monkeypatch.setattr(GitHubClient, "retry_base_s", 0.01)
-    env = {k: v for k, v in sandbox.items() if k != "SANDBOX_ADMIN_TOKEN"}
+    env = {k: v for k, v in sandbox.items() if k != "SANDBOX_ADMIN_TOKEN"} | COMPRESSED_PACE
     async with github_app(Settings(**env, REDIS_URL=redis_url), store) as github:
         yield github

@@ -8,6 +8,7 @@ import hmac
 import json
 import subprocess
 import sys
+import urllib.request
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +23,15 @@ from bot.domain.jobs import AGENTS, EVENTS
 FIXTURES = Path(__file__).parent / "fixtures"
 GITHUB_FIXTURES = FIXTURES / "github"
 SCRIPTED_AGENT = Path(__file__).parent / "stand_ins" / "scripted_agent.py"
+# An e2e stack's hour passes in about a minute: Baton's write pace and the sandbox's
+# secondary limits are compressed sixty-fold. tests/edges/test_write_pace.py holds the
+# pace at its defaults and tests/sandbox/test_limits.py the sandbox at GitHub's figures.
+COMPRESSED_PACE = {
+    "BATON_WRITE_INTERVAL_SECONDS": "0.0167",
+    "BATON_WRITE_PER_MINUTE": "4800",
+    "BATON_WRITE_PER_HOUR": "30000",
+}
+
 # What a stack of the scripted agent runs with: clocks short enough for a run to settle
 # in seconds, and a lead to escalate to.
 SCRIPTED_ENV = {
@@ -31,6 +41,8 @@ SCRIPTED_ENV = {
     "BATON_ESCALATION_MENTIONS": "octo-lead",
     "BATON_RESUME_BUFFER_SECONDS": "0",
     "BATON_NO_CHECKS_AFTER_SECONDS": "2",
+    # Baton's own pace of writes, compressed as the sandbox's limits are (see below).
+    **COMPRESSED_PACE,
 }
 
 
@@ -70,11 +82,31 @@ class StackSpec:
             extra_env={**self.base_env, **self.env},
         )
         baton.start(workers=self.workers)
+        compress_secondary_limits(baton)
         if self.machines:
             for name in [name for name in baton.processes if name.startswith("worker-")]:
                 baton.processes[name].stop()
                 start_machine(baton, name)
         return baton
+
+
+# The sandbox's side of the compression; the soak (bench/soak.py) runs under GitHub's own.
+COMPRESSED_SECONDARY = {"secondary_per_minute": 80 * 60, "secondary_per_hour": 500 * 60}
+
+
+def compress_secondary_limits(baton: LocalBaton) -> None:
+    """Lift the stack's sandbox's secondary limits by its compression of time."""
+    request = urllib.request.Request(  # noqa: S310 - the local sandbox, over http
+        f"{baton.sandbox_url}/_sandbox/config",
+        data=json.dumps(COMPRESSED_SECONDARY).encode(),
+        method="PATCH",
+        headers={
+            "Authorization": f"token {baton.admin_token}",
+            "Content-Type": "application/json",
+        },
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 - the local sandbox
+        assert answer.status == 200, answer.status
 
 
 def started(redis_url: str, workdir: Path, **env: str) -> LocalBaton:

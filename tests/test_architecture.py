@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from bot.domain.checks import Verdict
-from bot.domain.model import TRANSITIONS, IssueRef, Run, RunState, lifecycle_diagram
+from bot.domain.model import TRANSITIONS, IssueRef, PendingPull, Run, RunState, lifecycle_diagram
+from bot.domain.plans.ending import with_pull
 from bot.domain.plans.settlement import close_pull, end_gone, request_changes, settle_checks
 
 ROOT = Path(__file__).parents[1]
@@ -337,12 +338,14 @@ def test_the_pure_lifecycle_moves_a_run_only_as_the_table_says(state: RunState) 
         update={"state": state, "head_sha": HEAD, "pr_number": 8}
     )
     later = AT.replace(hour=10)
+    pending = PendingPull(at=later, draft=False, why="GitHub asked Baton to wait")
     decided = [
         *(settle_checks(run, HEAD, verdict, later) for verdict in Verdict),
         request_changes(run, 99, "maintainer", later, later),
         close_pull(run, True, later),
         close_pull(run, False, later),
         end_gone(run, "the issue was deleted", later),
+        with_pull(run.model_copy(update={"pull_pending": pending}), 8, "https://pr/8", later),
     ]
     for moved in decided:
         if moved is not None:

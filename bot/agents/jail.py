@@ -15,6 +15,7 @@ be visible reads the filesystem once per process (`toolchain_paths`).
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 import shutil
@@ -110,6 +111,9 @@ class Jail:
     readable: tuple[Path, ...] = ()
     masked: tuple[Path, ...] = ()  # credential files inside what readable shows
     writable: tuple[Path, ...] = ()
+    # Writable directories shown elsewhere: a repository's own caches, each at the path
+    # of the operator's cache it belongs to (source, where the jail shows it).
+    shown_at: tuple[tuple[Path, Path], ...] = ()
     network: Network = "none"
     egress_dir: Path | None = None  # the host directory holding the proxy's socket
     python: str = field(default_factory=lambda: bridge_python())
@@ -174,6 +178,8 @@ def bwrap_argv(jail: Jail, argv: Sequence[str]) -> list[str]:
     args += ["--bind", str(jail.home), str(jail.home)]
     for path in jail.writable:
         args += ["--bind", str(path), str(path)]
+    for source, shown in jail.shown_at:
+        args += ["--bind", str(source), str(shown)]
     args += ["--bind", str(jail.worktree), str(jail.worktree)]
     for path in jail.masked:  # last: over every directory shown, writable ones too
         args += ["--ro-bind", "/dev/null", str(path)]
@@ -429,11 +435,15 @@ class Jails:
         network: Network = "none",
         egress_dir: Path | None = None,
         programs: Sequence[str] = (),
+        caches_of: str | None = None,
     ) -> Jail | None:
         """Return a jail over worktree with home and a scratch directory of its own.
 
         scratch holds the jail's tmp and its passwd files; readable and writable are
-        shown at their own paths, after the toolchain the PATH and programs need.
+        shown at their own paths, after the toolchain the PATH and programs need. An
+        agent's jail (caches_of: its repository) shows each of the operator's extra
+        paths as that repository's own part of it, so no agent leaves a wheel or a
+        package there for another repository's agent to install.
         """
         if not self.enabled:
             return None
@@ -441,7 +451,8 @@ class Jails:
         if egress_dir is not None and network != "none":
             programs = (*programs, bridge_python())  # the bridge runs first, on Baton's Python
         toolchain, toolchain_masks = self._toolchain(tuple(programs))
-        extra, extra_masks = self._extra_paths()
+        extra, extra_masks = self._extra_paths() if caches_of is not None else ((), ())
+        shown_at = tuple((repo_cache(path, caches_of), path) for path in extra if caches_of)
         return Jail(
             worktree=worktree,
             home=home,
@@ -450,7 +461,8 @@ class Jails:
             system=system_mounts(),
             readable=(*toolchain, *readable),
             masked=(*toolchain_masks, *extra_masks),
-            writable=(*writable, *extra),
+            writable=tuple(writable),
+            shown_at=shown_at,
             network=network,
             egress_dir=egress_dir,
         )
@@ -469,6 +481,13 @@ class Jails:
         found = toolchain_paths(self.path.split(os.pathsep), programs, Path.home())
         shown = without_secrets(found, (*self.secrets, Path.home()), self.secrets)
         return shown, tuple(masked_in(shown))
+
+
+def repo_cache(cache: Path, repo: str) -> Path:
+    """Return a repository's own part of an operator's cache directory, made if need be."""
+    own = cache / ".baton-repos" / hashlib.sha256(repo.encode()).hexdigest()[:32]
+    own.mkdir(parents=True, exist_ok=True)
+    return own
 
 
 def jails_for(settings: Settings) -> Jails:

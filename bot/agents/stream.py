@@ -14,7 +14,7 @@ from bot.agents.base import AgentRequest
 from bot.agents.output import Unreadable, read_capped
 from bot.agents.process import STDOUT_CAP, ProcessOutcome, run_process
 from bot.agents.resets import zone_named
-from bot.domain.model import AgentResult
+from bot.domain.model import LONGEST_WINDOW, AgentResult
 
 StopReason = Literal[
     "completed",
@@ -32,8 +32,17 @@ StopReason = Literal[
 Event = dict[str, Any]
 Clock = Callable[[], datetime]
 
-# A weekly window is the longest a provider asks anyone to wait; a later "reset" is not a window.
-WINDOW_HORIZON = timedelta(days=8)
+# The longest each kind of window keeps an account shut, with clocks an hour apart (a
+# five-hour window, a quarter of an hour): a later "reset" is not a window of that kind.
+FIVE_HOUR_HORIZON = timedelta(hours=5, minutes=15)
+
+
+def window_horizon(kind: str | None) -> timedelta:
+    """Return how far off a window of this kind can reopen: five hours, else a week."""
+    if kind is not None and kind.startswith("five_hour"):
+        return FIVE_HOUR_HORIZON
+    return LONGEST_WINDOW
+
 
 _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 
@@ -91,7 +100,7 @@ class Window:
 def window_reading(window: Window, observed_at: datetime) -> Reading:
     """Return a provider-window reading, or provider-credit when there is no reset to wait for."""
     resets_at = window.resets_at
-    if resets_at is None or resets_at > observed_at + WINDOW_HORIZON:
+    if resets_at is None or resets_at > observed_at + window_horizon(window.kind):
         # A usage limit with no reopening in sight cannot be waited out: a human decides.
         return Reading("provider_credit", evidence=(window.evidence,), limit_kind=window.kind)
     return Reading(

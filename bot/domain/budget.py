@@ -135,4 +135,5 @@ _WHY_ESCALATE = {
     "provider-credit": "the provider refused on billing or credentials; waiting will not help",
     "cost-cap": "the agent stopped at its spending cap",
     "audit-flagged": "the settlement audit flagged the green pull request's diff",
+    "credential-found": "the agent's commits carry a credential, so nothing was pushed",
 }

@@ -21,6 +21,7 @@ Ending = Literal[
     "orphaned",  # the worker died; found later
     "stopped",  # an operator stopped it
     "push-failed",
+    "credential-found",  # its commits carry a credential: nothing was pushed
     "pr-failed",
     "infra-failed",  # git, the GitHub API or the disk failed under the run
     "audit-flagged",  # green, and held: the settlement audit flagged its diff
@@ -60,6 +61,7 @@ _RULES: dict[FailureClass, tuple[Recovery, Budget]] = {
     FailureClass.DISPATCH_INFRA: (Recovery.BACKOFF, Budget.NOTHING),
     FailureClass.ADMIN_KILL: (Recovery.NONE, Budget.NOTHING),
     FailureClass.AUDIT_FLAGGED: (Recovery.ESCALATE, Budget.NOTHING),
+    FailureClass.CREDENTIAL_FOUND: (Recovery.ESCALATE, Budget.NOTHING),
     FailureClass.INTERRUPTED: (Recovery.CONTINUE, Budget.NOTHING),  # a restart is nobody's fault
 }
 
@@ -69,6 +71,7 @@ _DIRECT: dict[str, FailureClass] = {
     "merge-conflict": FailureClass.MERGE_CONFLICT,
     "stopped": FailureClass.ADMIN_KILL,
     "push-failed": FailureClass.DISPATCH_INFRA,
+    "credential-found": FailureClass.CREDENTIAL_FOUND,
     "pr-failed": FailureClass.DISPATCH_INFRA,
     "infra-failed": FailureClass.DISPATCH_INFRA,
     "audit-flagged": FailureClass.AUDIT_FLAGGED,

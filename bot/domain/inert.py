@@ -66,6 +66,25 @@ def inert(text: str) -> str:
     return _MENTION.sub(lambda found: found[0] + JOINER, text)
 
 
+# GitHub runs no workflow for a push whose commit message holds one of these, nor any
+# check with a `skip-checks: true` trailer; read widely (any case, any spacing), since
+# a directive left spelt out would let the agent's code skip CI and be called green.
+_SKIP_DIRECTIVE = re.compile(
+    r"\[(?=\s*(?:skip\s*ci|ci\s*skip|no\s*ci|skip\s*actions|actions\s*skip)\s*\])", re.IGNORECASE
+)
+_SKIP_TRAILER = re.compile(r"^(\s*skip)(?=-checks\s*:)", re.IGNORECASE | re.MULTILINE)
+
+
+def no_skip_directives(message: str) -> str:
+    """Return a commit message whose skip directives ask GitHub for nothing (pure).
+
+    `[skip ci]` becomes `[`, joiner, `skip ci]`, and a `skip-checks:` trailer
+    `skip`, joiner, `-checks:`: read the same, matched by nothing.
+    """
+    message = _SKIP_DIRECTIVE.sub("[" + JOINER, message)
+    return _SKIP_TRAILER.sub(lambda found: found[1] + JOINER, message)
+
+
 def _keyword_starts(text: str) -> set[int]:
     """Return where each closing keyword starts, as written or as its letters fold.
 

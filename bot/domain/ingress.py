@@ -16,7 +16,9 @@ import hashlib
 import hmac
 import ipaddress
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+from ipaddress import IPv4Network, IPv6Network
 
 # --- Signatures ----------------------------------------------------------------------------------
 
@@ -117,24 +119,43 @@ def is_loopback_host(host: str) -> bool:
 # --- Failed operator tokens ---------------------------------------------------------------------
 
 _MAX_ADDRESS_CHARS = 64
+# Where a platform's router or a reverse proxy on the machine talks to the web process:
+# the peers trusted as proxies when none are named.
+PRIVATE_NETWORKS = (
+    "127.0.0.0/8",
+    "::1/128",
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "100.64.0.0/10",
+    "fc00::/7",
+)
+DEFAULT_TRUSTED = tuple(ipaddress.ip_network(net) for net in PRIVATE_NETWORKS)
 
 
-def client_address(remote: str | None, forwarded_for: str | None) -> str:
+def client_address(
+    remote: str | None,
+    named: str | None,
+    trusted: Iterable[IPv4Network | IPv6Network] = (),
+) -> str:
     """Return the address a request's wrong tokens count against.
 
-    The peer's own, unless the peer is a proxy on a loopback or private address (a
-    reverse proxy on the machine, a platform's router): then the last address that
-    proxy added to X-Forwarded-For, the client it saw. A public peer's header counts
-    for nothing, so nobody outside can pick the address their guesses count against.
+    The peer's own, unless the peer is a trusted proxy (by default one on a loopback or
+    private address: a reverse proxy on the machine, a platform's router): then the
+    client that proxy named in its header (the last address of a list such as
+    X-Forwarded-For, the one it added itself). An untrusted peer's header counts for
+    nothing, so nobody outside can pick the address their guesses count against.
     """
     peer = remote or ""
-    if not forwarded_for:
+    if not named:
         return peer
     try:
-        proxied = ipaddress.ip_address(peer).is_private  # loopback addresses are private too
+        address = ipaddress.ip_address(peer)
     except ValueError:
         return peer
-    last = forwarded_for.rpartition(",")[2].strip()[:_MAX_ADDRESS_CHARS]
+    networks = tuple(trusted) or DEFAULT_TRUSTED
+    last = named.rpartition(",")[2].strip()[:_MAX_ADDRESS_CHARS]
+    proxied = any(address in network for network in networks)
     return last if proxied and last else peer
 
 

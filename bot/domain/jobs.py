@@ -344,6 +344,18 @@ def orphan_job(issue: IssueRef, attempt: int) -> JobSpec:
     )
 
 
+def open_pull_job(issue: IssueRef, attempt: int) -> JobSpec:
+    """Return the job that opens the pull request GitHub put off for an attempt's pushed head.
+
+    One job per attempt: scheduling it again moves it, and a copy finds the PR open.
+    """
+    return _event_job(
+        "pulls.open_pull",
+        (issue.installation_id, issue.repo, issue.number, attempt),
+        f"open the pull request of {issue} attempt {attempt}",
+    )
+
+
 def sync_labels_job(issue: IssueRef) -> JobSpec:
     """Return the job that applies the issue's recorded Baton label, retrying for minutes."""
     return JobSpec(
@@ -354,4 +366,21 @@ def sync_labels_job(issue: IssueRef) -> JobSpec:
         timeout_s=SETTLE_TIMEOUT_S,
         description=f"labels {issue}",
         retry_intervals_s=(5, 15, 60, 120, 300, 600, 1200),
+    )
+
+
+def refresh_status_job(issue: IssueRef) -> JobSpec:
+    """Return the job that brings the issue's status comments up to its latest run.
+
+    It follows a report put off by the installation's write pace: one per issue,
+    whichever report was put off last, as each renders the run as stored.
+    """
+    return JobSpec(
+        queue=EVENTS,
+        func="jobs.status.refresh_status",
+        args=(issue.installation_id, issue.repo, issue.number),
+        job_id=job_id("status", issue.repo, issue.number),
+        timeout_s=SETTLE_TIMEOUT_S,
+        description=f"status {issue}",
+        retry_intervals_s=(5, 15, 60, 120, 300),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import math
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -11,7 +12,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _REPO_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
@@ -84,6 +85,11 @@ _TERMINAL = frozenset(
     }
 )
 
+# What the reconcile sweep looks at: runs a worker holds, pushes waiting for their
+# checks, and green PRs waiting for a merge, a close or a review whose webhook may be
+# lost (bot/domain/plans/sweep.py), indexed as they are written (bot/edges/store/runs.py).
+SWEPT_STATES = _LIVE | {RunState.PUSHED_PENDING, RunState.PUSHED_GREEN}
+
 # Its pull request merged or closed, or its issue gone, ends a run wherever it stands.
 _ENDED_BY_ITS_PULL = frozenset({RunState.MERGED, RunState.CLOSED})
 
@@ -103,8 +109,12 @@ TRANSITIONS: Mapping[RunState, frozenset[RunState]] = MappingProxyType(
             {RunState.PUSHED_PENDING, RunState.FAILED, RunState.KILLED, RunState.NO_CHANGE}
         )
         | _ENDED_BY_ITS_PULL,
-        # Its head's checks settle it green or red; a review requests changes.
-        RunState.PUSHED_PENDING: frozenset({RunState.PUSHED_GREEN, RunState.FAILED})
+        # Its head's checks settle it green or red; a review requests changes. A pull request
+        # GitHub put off opens later, and the head waits for its checks again from then;
+        # one GitHub kept refusing fails the attempt.
+        RunState.PUSHED_PENDING: frozenset(
+            {RunState.PUSHED_PENDING, RunState.PUSHED_GREEN, RunState.FAILED}
+        )
         | _ENDED_BY_ITS_PULL,
         # A review requests changes, its settlement audit holds it, or restacking it onto
         # the link below conflicts; restacked cleanly, its new head waits for checks again.
@@ -155,6 +165,7 @@ class FailureClass(enum.StrEnum):
     ADMIN_KILL = "admin-kill"
     COST_CAP = "cost-cap"  # the agent stopped at its spending cap
     AUDIT_FLAGGED = "audit-flagged"  # green, but held: the settlement audit flagged its diff
+    CREDENTIAL_FOUND = "credential-found"  # its commits carry a credential: nothing was pushed
     INTERRUPTED = "interrupted"  # its worker was told to stop (a restart) and handed it over
 
 
@@ -242,6 +253,15 @@ def bounded_denials(lines: Iterable[str]) -> tuple[str, ...]:
     )
 
 
+# The longest a provider keeps an account's window shut: a week, and an hour of clocks
+# apart (the CLIs' readers hold a five-hour window to five hours, bot/agents/stream.py).
+LONGEST_WINDOW = timedelta(days=7, hours=1)
+# The most one run counts for in the spend ledger when its issue has no cost cap
+# (BATON_MAX_COST_USD): more than an hour of the dearest model, far less than a forged
+# report could claim.
+MAX_RUN_COST_USD = 200.0
+
+
 class AgentResult(BaseModel):
     """What one agent process did, normalized across agent CLIs."""
 
@@ -293,6 +313,26 @@ class AgentResult(BaseModel):
             return text
         cut = len(text) - RESULT_TEXT_LIMIT
         return f"{text[:RESULT_TEXT_LIMIT]}\n[baton: {cut} more characters cut here]"
+
+    @model_validator(mode="after")
+    def _credible(self) -> AgentResult:
+        """Hold the agent's report of itself to what can be true; say what was set aside.
+
+        The agent reads what strangers write, so its report is a claim: a cost that is
+        not a finite, non-negative number counts as none, and a usage window that would
+        reopen later than any provider's window can (a week) is no window to wait for.
+        """
+        cost = self.cost_usd
+        if cost is not None and not (math.isfinite(cost) and cost >= 0):
+            self.cost_usd = None
+            self.evidence.append(f"baton: a reported cost of {cost!r} USD is not credible")
+        reset = self.resets_at
+        if reset is not None and reset > self.ended_at + LONGEST_WINDOW:
+            self.resets_at = None
+            self.evidence.append(
+                f"baton: a usage window said to reopen at {reset.isoformat()} is not credible"
+            )
+        return self
 
     @property
     def duration(self) -> timedelta:
@@ -378,6 +418,22 @@ class Policy(BaseModel):
     )
 
 
+class PendingPull(BaseModel):
+    """A pushed head whose pull request GitHub did not let Baton open yet.
+
+    It is tried again at `at`: GitHub asked the installation to wait (a secondary rate
+    limit), or answered with a server error. tries counts the server errors only: a
+    wait GitHub asked for is no failure.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    at: AwareDatetime
+    draft: bool = Field(description="the repository's file asked for a draft")
+    tries: int = Field(default=0, ge=0)
+    why: str
+
+
 class Run(BaseModel):
     """One attempt at one issue, as recorded in Redis."""
 
@@ -424,6 +480,13 @@ class Run(BaseModel):
     drafts_refused: bool = Field(
         default=False,
         description="GitHub refused its pull request as a draft, so it opened ready for review",
+    )
+    pull_pending: PendingPull | None = Field(
+        default=None, description="its head is pushed and its pull request is still to open"
+    )
+    recovery_owed: bool = Field(
+        default=False,
+        description="classified, and the recovery its class names not yet performed in full",
     )
 
     @property

@@ -4,6 +4,11 @@ GitHub gives each installation a primary rate limit per hour and says with every
 answer how much of it is left (`x-ratelimit-remaining`) and when it refills
 (`x-ratelimit-reset`). The sweep is housekeeping: it never spends the last part
 of an hour's budget, which is left to runs, whose work a maintainer is waiting for.
+
+Writes have secondary limits besides, which no header reports: GitHub documents at
+most 80 content-creating requests a minute and 500 an hour per installation, and
+asks integrations to send them one at a time, a second apart. Baton keeps to them
+(WritePace) rather than learning them from refusals.
 """
 
 from __future__ import annotations
@@ -30,6 +35,26 @@ class RateBudget(BaseModel):
     def left_at(self, now: float) -> int:
         """Return how many requests are left at now (all of them once the hour has refilled)."""
         return self.limit if now >= self.reset_at else self.remaining
+
+
+class WritePace(BaseModel):
+    """How an installation's writes are spaced: every worker of the deployment shares it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    interval_s: float  # the least time between two writes
+    per_minute: int  # the most writes in any 60 seconds
+    per_hour: int  # the most writes in any 3,600 seconds
+
+    def giving_way(self) -> WritePace:
+        """Return the pace of writes that give way (status edits): they leave a quarter of
+        each window to the writes that matter more (labels, runs' state, pull requests)."""
+        return self.model_copy(
+            update={
+                "per_minute": max(self.per_minute - self.per_minute // 4, 1),
+                "per_hour": max(self.per_hour - self.per_hour // 4, 1),
+            }
+        )
 
 
 def budget_from_headers(headers: Mapping[str, str], now: float) -> RateBudget | None:

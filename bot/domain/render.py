@@ -6,7 +6,7 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
@@ -383,6 +383,8 @@ def status_key(
         parts.append(f"agent {run.agent}")  # likewise
     if run.drafts_refused:
         parts.append(DRAFTS_REFUSED_LINE)  # likewise
+    if run.pull_pending is not None:
+        parts.append(state_words(run))  # likewise
     return _key(*parts)
 
 
@@ -509,6 +511,22 @@ def slot_wait_comment(repo: str, limit: int, retry_at: datetime, now: datetime) 
     )
 
 
+def no_record_comment(label: str, queue_label: str) -> str:
+    """Return the status comment of an issue shown in progress that Baton holds no run of."""
+    return "\n".join(
+        [
+            STATUS_MARKER,
+            "**Baton** · not working on this issue",
+            "",
+            f"This issue carried `{label}`, but Baton holds no record of a run of it (its "
+            "records expired or were lost), so nothing was working on it. The label is "
+            "taken off; no attempt starts unasked.",
+            "",
+            f"Next: a maintainer can add `{queue_label}` to start it again.",
+        ]
+    )
+
+
 def refusal_comment(reason: str) -> str:
     """Return the status comment of an issue Baton refused to start, and why."""
     return "\n".join([STATUS_MARKER, "**Baton** · not started", "", reason])
@@ -566,6 +584,12 @@ def state_words(run: Run) -> str:
     """Return where the run stands, in a sentence."""
     if run.failure_class == FailureClass.AUDIT_FLAGGED.value:
         return "The pull request's checks passed, but its settlement audit holds it from review."
+    if run.pull_pending is not None:
+        at = run.pull_pending.at.astimezone(UTC)
+        return (
+            f"The work is pushed; GitHub did not let Baton open its pull request yet, so it "
+            f"opens at {at:%H:%M} UTC ({inert(run.pull_pending.why)})."
+        )
     return _STATE_WORDS[run.state]
 
 

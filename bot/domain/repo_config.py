@@ -343,7 +343,8 @@ def check_repo_limits(settings: Settings, config: RepoConfig) -> list[ConfigProb
 
     A capped key may lower the deployment's value or repeat it, never raise it; where
     the deployment sets no cap, any value lowers it. `steer_min_role` may raise the role
-    the deployment asks of whoever steers Baton, never lower it. Commands the worker would run for
+    the deployment asks of whoever steers Baton, never lower it. `agent.adapter` names one
+    of the deployment's agents (`BATON_AGENTS`). Commands the worker would run for
     the repository (`agent.adapter: command`, `agent.command`, `setup`) need
     `allow_repo_commands`, unless they are what the deployment runs already.
     """
@@ -363,6 +364,14 @@ def check_repo_limits(settings: Settings, config: RepoConfig) -> list[ConfigProb
         variable = Settings.model_fields["steer_min_role"].validation_alias
         problem = f"asks for `{asked_role}`, below this deployment's `{least}` (`{variable}`)"
         problems.append(ConfigProblem("steer_min_role", problem))
+    adapter = config.agent.adapter
+    if adapter is not None and adapter not in settings.agents:
+        # Which agent runs decides which provider host its jail may reach: the deployment's.
+        offered = ", ".join(settings.agents)
+        problem = (
+            f"asks for `{adapter}`, which this deployment does not run (`BATON_AGENTS`: {offered})"
+        )
+        problems.append(ConfigProblem("agent.adapter", problem))
     if not settings.allow_repo_commands:
         agent = config.agent
         commands = {

@@ -99,6 +99,14 @@ class ContentFile(Resource):
     content: str = ""
 
 
+class ContentEntry(Resource):
+    """One entry of a directory of a repository, as its contents listing names it."""
+
+    name: str
+    path: str
+    type: str  # file, dir, symlink or submodule
+
+
 class BranchRef(Resource):
     """One end of a pull request: the branch it comes from or goes to, and its tip."""
 

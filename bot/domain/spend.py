@@ -20,6 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bot.domain.model import MAX_RUN_COST_USD, Run
 from bot.domain.render import STATUS_MARKER, instant
 from bot.domain.repo_config import CONFIG_PATH
 from bot.ops.settings import Settings
@@ -239,3 +240,10 @@ def budget_wait_comment(held: BudgetSpent, queue_label: str, now: datetime) -> s
             f"`{queue_label}` off the issue that was queued and put it back.",
         ]
     )
+
+
+def run_cost_cap(run: Run) -> float:
+    """Return the most one run counts for in the ledger: its issue's cost cap, or
+    MAX_RUN_COST_USD without one. What an agent says it spent is its claim."""
+    cap = run.policy.limits.max_cost_usd if run.policy is not None else None
+    return cap if cap is not None else MAX_RUN_COST_USD

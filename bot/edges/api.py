@@ -14,6 +14,7 @@ import binascii
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from gidgethub import BadRequest
 from gidgethub.abc import GitHubAPI
@@ -22,6 +23,7 @@ from bot.domain.check_run import CHECK_RUN_NAME, CheckRunView
 from bot.domain.checks import combined_state
 from bot.domain.manifest import AppCredentials
 from bot.domain.model import IssueRef
+from bot.domain.plans.redelivery import HookDelivery, within
 from bot.domain.repo_config import (
     CONFIG_PATH,
     ConfigError,
@@ -38,6 +40,7 @@ from bot.domain.resources import (
     CollaboratorPermission,
     CombinedStatus,
     CommitStatus,
+    ContentEntry,
     ContentFile,
     DiffFile,
     Installation,
@@ -303,6 +306,30 @@ async def _read_repo_config(gh: GitHubClient, store: Store, repo: str, ref: str)
         raise InvalidRepoConfig(entry.sha, ConfigError([problem])) from exc
     store.see_repo_file(repo, ref, entry.sha, text)
     return _validated(store, repo, entry.sha, text)
+
+
+WORKFLOWS_DIR = ".github/workflows"
+
+
+async def read_workflows(gh: GitHubClient, repo: str, ref: str) -> dict[str, str]:
+    """Return the repository's GitHub Actions workflow files at ref, by path; none without.
+
+    A file that is not UTF-8 text is read with its bytes replaced: it is only judged.
+    """
+    url_vars = {"repo": repo, "path": WORKFLOWS_DIR, "ref": ref}
+    try:
+        listing = await gh.getitem("/repos/{+repo}/contents/{+path}{?ref}", url_vars)
+    except BadRequest as exc:
+        if exc.status_code == 404:
+            return {}
+        raise
+    entries = [ContentEntry.model_validate(entry) for entry in listing]
+    found = {}
+    for entry in entries:
+        if entry.type == "file" and entry.name.endswith((".yml", ".yaml")):
+            file = await read_content_file(gh, repo, entry.path, ref)
+            found[entry.path] = base64.b64decode(file.content).decode(errors="replace")
+    return found
 
 
 def _validated(store: Store, repo: str, blob_sha: str, text: str) -> RepoFile:
@@ -578,3 +605,27 @@ def _check_run_fields(view: CheckRunView) -> dict[str, object]:
     if view.details_url is not None:
         fields["details_url"] = view.details_url
     return fields
+
+
+async def recent_deliveries(
+    gh: GitHubClient, now: datetime, window: timedelta
+) -> list[HookDelivery]:
+    """Return the App's webhook deliveries of the window, newest first (the App's JWT client).
+
+    GitHub lists them newest first, a cursor's page at a time: reading stops at the
+    first one older than the window, so a pass reads only the pages it needs.
+    """
+    found = []
+    async for item in gh.getiter("/app/hook/deliveries", iterable_key=None):
+        delivery = HookDelivery.model_validate(item)
+        if not within(delivery, now, window):
+            break
+        found.append(delivery)
+    return found
+
+
+async def redeliver(gh: GitHubClient, delivery_id: int) -> None:
+    """Ask GitHub to deliver a delivery's event again (the App's JWT client)."""
+    await gh.post(
+        "/app/hook/deliveries/{delivery_id}/attempts", {"delivery_id": str(delivery_id)}, data={}
+    )

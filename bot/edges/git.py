@@ -22,7 +22,7 @@ from typing import BinaryIO
 from urllib.parse import urlsplit
 
 from bot.agents.jail import Jails
-from bot.domain.inert import inert
+from bot.domain.inert import inert, no_skip_directives
 from bot.ops.logs import redact
 
 log = logging.getLogger(__name__)
@@ -373,7 +373,8 @@ def inert_commit(raw: bytes, renamed: dict[str, str]) -> bytes:
             continue
         lines.append(line)
     # Bytes that are not UTF-8 pass through unchanged, so nothing but the joiners differs.
-    quiet = inert(message.decode(errors="surrogateescape")).encode(errors="surrogateescape")
+    text = no_skip_directives(inert(message.decode(errors="surrogateescape")))
+    quiet = text.encode(errors="surrogateescape")
     if quiet == message and not changed:
         return raw
     return b"\n".join(lines) + b"\n\n" + quiet
@@ -641,8 +642,9 @@ class Workspace:
         """Return head with every commit message since start made inert on GitHub.
 
         A closing keyword in a commit message closes the issue it names once the commit
-        reaches the default branch, and a mention notifies: the agent's messages are
-        rewritten where they hold either, keeping their trees, authors and dates, so the
+        reaches the default branch, a mention notifies, and a skip directive (`[skip
+        ci]`, `skip-checks: true`) keeps CI from running: the agent's messages are
+        rewritten where they hold any, keeping their trees, authors and dates, so the
         same commits always give the same shas.
         """
         listed = await self.git.run(
@@ -662,6 +664,29 @@ class Workspace:
                 )
                 renamed[sha] = written.strip()
         return renamed.get(head, head)
+
+    async def unpublished_diff(self, repo: str, head: str) -> str:
+        """Return what every commit up to head that GitHub lacks adds, as `git log -p -U0`.
+
+        Each commit on its own, since a push publishes the history, not only its end:
+        a line added and deleted again is still in it. A merge shows what it brings
+        against its first parent, so nothing hides in one.
+        """
+        return await self.git.run(
+            self.mirror_path(repo),
+            "log",
+            "--patch",
+            "--diff-merges=first-parent",
+            "--unified=0",
+            "--format=",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--no-renames",
+            head,
+            "--not",
+            "--remotes=origin",
+        )
 
     async def commits_since(self, repo: str, base: str, head: str) -> int:
         """Return how many commits head has that base does not, in the mirror."""

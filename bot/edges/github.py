@@ -17,6 +17,7 @@ from collections.abc import (
     MutableMapping,
 )
 from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -25,12 +26,26 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import aiohttp
 import redis
-from gidgethub import BadRequest, HTTPException, apps, sansio
+from gidgethub import (
+    BadGraphQLRequest,
+    BadRequest,
+    GitHubBroken,
+    HTTPException,
+    apps,
+    sansio,
+)
 from gidgethub.aiohttp import GitHubAPI
 
 from bot.domain.model import utcnow
-from bot.domain.pacing import RateBudget, budget_from_headers, reschedules, secondary_stop_s
-from bot.edges.store import CachedToken, Store
+from bot.domain.pacing import (
+    HOLD_WORKER_S,
+    RateBudget,
+    WritePace,
+    budget_from_headers,
+    reschedules,
+    secondary_stop_s,
+)
+from bot.edges.store import CachedToken, Store, WriteSlot
 from bot.ops.metrics import GITHUB_API_CALLS, GITHUB_RATE_LIMIT_REMAINING, Tally
 from bot.ops.settings import Settings
 
@@ -42,6 +57,8 @@ TOKEN_SAFETY_MARGIN_S = 5 * 60  # stop using a token this long before GitHub exp
 # GitHubClient._request puts the token valid at each call in place of it.
 LIVE_TOKEN = "live"  # noqa: S105 - a placeholder, never sent
 MAX_ATTEMPTS = 5
+# What GitHub counts as content-creating (a GraphQL call is a POST): paced per installation.
+WRITE_METHODS = frozenset({"POST", "PATCH", "PUT", "DELETE"})
 MAX_WAIT_S = 120.0
 PER_PAGE = 100  # GitHub's largest page: a list is read in the fewest calls
 # A token minted this recently may not have reached every GitHub server yet: its 401
@@ -188,6 +205,9 @@ class Caller:
     # processes; and how a secondary-limit answer is made known to them.
     stopped_until: Callable[[], float | None] | None = None
     on_stop: Callable[[float], None] | None = None
+    # The installation's next write slot, taken if it is at most the given seconds away,
+    # at the pace of writes that give way when the second argument says so.
+    take_write: Callable[[float, bool], WriteSlot] | None = None
 
     @property
     def series(self) -> str:
@@ -214,6 +234,7 @@ class GitHubClient(GitHubAPI):
         self._caller = caller or Caller()
         self._minted_at: float | None = None  # of the token the last request carried
         self._renewed = False  # a refused token was swapped for a fresh one, not yet accepted
+        self._answer_headers: Mapping[str, str] = {}  # the last answer's: GraphQL errors drop them
 
     def getiter(
         self,
@@ -244,9 +265,12 @@ class GitHubClient(GitHubAPI):
         """Make one HTTP request with a valid token, counting it by method and status class.
 
         A request of an installation that GitHub asked to wait waits first, however
-        that was learnt (by this process or another).
+        that was learnt (by this process or another); a write then waits for its slot
+        in the installation's pace.
         """
         await self._wait_for_stop()
+        if method in WRITE_METHODS:
+            await self._wait_for_write_slot()
         if self._caller.token is not None:
             token = await self._caller.token()
             self._minted_at = token.minted_at
@@ -257,6 +281,7 @@ class GitHubClient(GitHubAPI):
             self._tally.count(GITHUB_API_CALLS, method, "error")
             raise
         self._tally.count(GITHUB_API_CALLS, method, f"{status // 100}xx")
+        self._answer_headers = response_headers
         if status < HTTPStatus.BAD_REQUEST:
             self._renewed = False
         budget = budget_from_headers(response_headers, time.time())
@@ -266,6 +291,29 @@ class GitHubClient(GitHubAPI):
                 with _best_effort("a rate-limit reading"):
                     self._caller.on_budget(budget)
         return status, response_headers, data
+
+    async def graphql(
+        self, query: str, *, endpoint: str = "https://api.github.com/graphql", **variables: Any
+    ) -> Any:
+        """Query GraphQL, retrying what a REST call would retry: server errors, limits, tokens.
+
+        gidgethub sends a GraphQL query once; its errors carry the status but not the
+        headers, so the last answer's headers stand in for them (Retry-After above all).
+        """
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await super().graphql(query, endpoint=endpoint, **variables)
+            except (GitHubBroken, BadGraphQLRequest) as exc:
+                answer = HTTPException(
+                    HTTPStatus(int(exc.status_code)), str(exc), headers=self._answer_headers
+                )
+                retried = await self.handle_rate_limit_error(
+                    method="POST", url=endpoint, exception=answer, attempt=attempt
+                )
+                if not retried:
+                    raise
 
     async def _wait_for_stop(self) -> None:
         """Wait out the installation's secondary-limit stop; give the worker back if it is long."""
@@ -279,6 +327,26 @@ class GitHubClient(GitHubAPI):
         if reschedules(wait):
             raise WritesPaused(self._caller.installation_id, until)
         await self.sleep(wait)
+
+    async def _wait_for_write_slot(self) -> None:
+        """Wait for the installation's next write slot; give the worker back if it is far off.
+
+        Without Redis the write goes unpaced: GitHub's own answer still stops it.
+        """
+        if self._caller.take_write is None:
+            return
+        lane = _LANE.get() or WriteLane()
+        slot = None
+        with _best_effort("a write slot"):
+            slot = self._caller.take_write(HOLD_WORKER_S, lane.gives_way)
+        if slot is None:
+            return
+        if not slot.taken:
+            raise WritesPaused(self._caller.installation_id, slot.at)
+        if slot.wait_s > 0:
+            await self.sleep(slot.wait_s)
+        if lane.current is not None and not lane.current():
+            raise WriteOvertaken(self._caller.installation_id)
 
     async def handle_rate_limit_error(
         self, *, method: str, url: str, exception: HTTPException, attempt: int
@@ -336,6 +404,38 @@ class GitHubClient(GitHubAPI):
             return False  # revoked or suspended: GitHub's 401 is the caller's to see
         self._renewed = True
         return True
+
+
+@dataclass(frozen=True)
+class WriteLane:
+    """How the writes of a task go: giving way to the others, and while they are current."""
+
+    gives_way: bool = False
+    current: Callable[[], bool] | None = None  # asked once a write's slot has come
+
+
+_LANE: ContextVar[WriteLane | None] = ContextVar("baton_write_lane", default=None)
+
+
+@contextmanager
+def status_edits(current: Callable[[], bool]) -> Iterator[None]:
+    """Send the writes within as status edits: after the writes that matter more, and only
+    while current() says no newer edit of the same comments has been asked for since."""
+    token = _LANE.set(WriteLane(gives_way=True, current=current))
+    try:
+        yield
+    finally:
+        _LANE.reset(token)
+
+
+class WriteOvertaken(Exception):
+    """A status edit's turn came after a newer edit of the same comments was asked for.
+
+    It is dropped, not sent: the newer one, waiting its turn, says more.
+    """
+
+    def __init__(self, installation_id: int | None) -> None:
+        super().__init__(f"installation {installation_id}: a status edit was overtaken")
 
 
 class WritesPaused(BadRequest):
@@ -474,7 +574,19 @@ class GitHubApp:
             )
             self._store.stop_installation(self.identity, installation_id, until)
 
-        caller = Caller(installation_id, token, record, refused, stopped_until, stop)
+        pace = WritePace(
+            interval_s=self._settings.write_interval_seconds,
+            per_minute=self._settings.write_per_minute,
+            per_hour=self._settings.write_per_hour,
+        )
+
+        def take_write(hold_s: float, gives_way: bool) -> WriteSlot:
+            paced = pace.giving_way() if gives_way else pace
+            return self._store.take_write_slot(self.identity, installation_id, paced, hold_s)
+
+        caller = Caller(
+            installation_id, token, record, refused, stopped_until, stop, take_write=take_write
+        )
         return self._client(caller, str(installation_id), oauth_token=LIVE_TOKEN)
 
     async def learn_bot_login(self) -> str:

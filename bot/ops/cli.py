@@ -13,6 +13,7 @@ from bot.domain.manifest import DEFAULT_MANIFEST_PATH
 from bot.edges.store import Store, StoreError
 from bot.ops.logs import configure_logging
 from bot.ops.settings import Settings, SettingsError, load_settings
+from bot.ops.terminal import escape_controls
 
 log = logging.getLogger("baton")
 
@@ -72,8 +73,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import jobs.config
     import jobs.labels
     import jobs.mergeable
+    import jobs.pulls
     import jobs.run
     import jobs.settle
+    import jobs.status
     import jobs.steering  # noqa: F401
 
     dispatch = Dispatcher.from_url(settings.redis_url, settings)
@@ -183,7 +186,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         settings.app_identity,
         settings.monthly_budget_usd,
     )
-    print(render_status_text(overview, now), end="")
+    print(escape_controls(render_status_text(overview, now)), end="")
     return 0
 
 
@@ -209,7 +212,8 @@ def cmd_transcript(args: argparse.Namespace) -> int:
     run = found.run
     agent = run.agent_result.agent if run.agent_result is not None else "no agent"
     print(f"{run.issue} attempt {run.attempt} ({agent}, {run.state.value})", file=sys.stderr)
-    sys.stdout.write(found.transcript)
+    # The agent's bytes, but never its terminal commands (OSC 52 sets the clipboard).
+    sys.stdout.write(found.transcript if args.raw else escape_controls(found.transcript))
     return 0
 
 
@@ -267,6 +271,26 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"skipped: {store.sweep_lease_holder() or 'another sweep'} is sweeping now")
     else:
         print(f"swept: {report.summary()}")
+    return 0
+
+
+def cmd_redeliver(args: argparse.Namespace) -> int:
+    """Ask GitHub now for the webhook events Baton never got (the clock does every few minutes)."""
+    import asyncio
+
+    from bot.edges.queue import Dispatcher
+    from bot.workflows.redelivery import redeliver_lost
+    from bot.workflows.services import Services
+
+    settings = load_settings()
+    store = _connected_store(settings)
+    services = Services(settings, store, Dispatcher.from_url(settings.redis_url, settings))
+    done = asyncio.run(redeliver_lost(services))
+    print(
+        f"lost deliveries: {done.failed} of {done.listed} in the last "
+        f"{settings.redelivery_window_hours:g} h; asked again {done.asked}, "
+        f"refused {done.refused}, left {done.left}"
+    )
     return 0
 
 
@@ -361,7 +385,13 @@ def build_parser() -> argparse.ArgumentParser:
     transcript.add_argument(
         "--attempt", type=int, default=None, metavar="K", help="which attempt (default: its latest)"
     )
+    transcript.add_argument(
+        "--raw",
+        action="store_true",
+        help="write the transcript's bytes as kept, control characters too (for a file)",
+    )
     add("sweep", cmd_sweep)
+    add("redeliver", cmd_redeliver)
     demo = add("demo", cmd_demo)
     demo.add_argument("--keep", action="store_true", help="leave the processes running at the end")
     demo.add_argument("--workdir", type=Path, default=None, help="where to keep the demo's files")

@@ -5,11 +5,12 @@ waits behind a long agent run: an orphaned run or a lost webhook is found on tim
 whatever the workers do. It is the sweep's one schedule. Between sweeps it checks
 every few seconds, in Redis alone, for claims that lapsed (their worker died) and
 has each such run concluded at once, so its continuation starts within seconds of
-the lock expiring instead of at the next sweep. It also runs RQ's scheduler, which
-moves jobs scheduled for a time (a usage window's resume, a backoff, a retry) onto
-their queues when they fall due. One clock per deployment is enough and a second is
-harmless: a sweep takes a lease, RQ's scheduler a lock per queue, and a takeover is
-one job per attempt.
+the lock expiring instead of at the next sweep. Every few minutes it asks GitHub again
+for the webhook events Baton never got (bot/workflows/redelivery.py). It also runs
+RQ's scheduler, which moves jobs scheduled for a time (a usage window's resume, a
+backoff, a retry) onto their queues when they fall due. One clock per deployment is
+enough and a second is harmless: a sweep takes a lease, RQ's scheduler a lock per
+queue, a takeover is one job per attempt, and an event is asked for again once.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from rq.scheduler import RQScheduler
 from bot.domain.jobs import QUEUES, orphan_job
 from bot.domain.model import IssueRef, Run
 from bot.edges.store import LapsedClaim
+from bot.workflows.redelivery import redeliver_lost
 from bot.workflows.services import Services
 from bot.workflows.sweep import sweep
 
@@ -45,7 +47,13 @@ def keep_time(services: Services, stop: threading.Event) -> None:
         for what, interval, action in (
             ("sweep", settings.sweep_interval_seconds, lambda: asyncio.run(sweep(services))),
             ("takeover", settings.takeover_check_seconds, lambda: take_over_lapsed(services)),
+            (
+                "redelivery",
+                settings.redelivery_interval_seconds,
+                lambda: asyncio.run(redeliver_lost(services)),
+            ),
         )
+        if interval > 0
     ]
     for thread in repeating:
         thread.start()

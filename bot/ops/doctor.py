@@ -40,7 +40,15 @@ from bot.agents import (
 from bot.agents.jail import Network, bridge_python, jails_for, sandbox_problem
 from bot.domain.ingress import MIN_OPERATOR_TOKEN_CHARS
 from bot.domain.manifest import ManifestError, load_manifest
-from bot.edges.api import create_installation_token, first_installation, read_app
+from bot.domain.workflows import exposure
+from bot.edges.api import (
+    create_installation_token,
+    first_installation,
+    list_installation_repositories,
+    list_installations,
+    read_app,
+    read_workflows,
+)
 from bot.edges.github import GitHubApp
 from bot.edges.store import Store
 from bot.ops.metrics import Tally
@@ -493,6 +501,39 @@ def judge_installation(installation_id: int, account: str, granted: Mapping[str,
     return ok("installation", minted)
 
 
+async def check_workflows(settings: Settings) -> list[Finding]:
+    """Read every repository's workflows; warn, one line a repository, where they would run
+    the agent's code with secrets (Baton pushes its branches to the repository itself)."""
+    findings: list[Finding] = []
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        github = GitHubApp(settings, Store.from_url(settings.redis_url), session, Tally())
+        try:
+            async for installation in list_installations(github.app_client()):
+                gh = await github.for_installation(installation.id)
+                for repo in await list_installation_repositories(gh):
+                    read = await read_workflows(gh, repo.full_name, repo.default_branch)
+                    found = judge_workflows(repo.full_name, read)
+                    findings += [found] if found is not None else []
+        except (GitHubException, aiohttp.ClientError, redis.RedisError) as exc:
+            return [warn("workflows", f"not read: {exc}")]
+    return findings or [ok("workflows", "no repository's workflows run on Baton's branches")]
+
+
+def judge_workflows(repo: str, workflows: Mapping[str, str]) -> Finding | None:
+    """Judge one repository's workflow files (by path); None when none runs on Baton's pushes."""
+    exposed = [(path, why) for path, text in sorted(workflows.items()) if (why := exposure(text))]
+    if not exposed:
+        return None
+    path, why = exposed[0]
+    more = f" (and {len(exposed) - 1} more)" if len(exposed) > 1 else ""
+    return warn(
+        "workflows",
+        f"{repo}: {path}{more} {why}: the agent's code would run with them before anyone "
+        "reviews it; give its push trigger `branches-ignore: ['baton/**']` (docs/security.md)",
+    )
+
+
 def check_webhook_secret(settings: Settings) -> Finding:
     """Check the webhook secret is set and not trivially short."""
     secret = settings.github_webhook_secret
@@ -717,7 +758,10 @@ async def diagnose() -> list[Finding]:
         findings.append(judge_redis_exposure(settings.redis_url))
     findings.append(check_git())
     if settings is not None:
-        findings += await check_app(settings)
+        app = await check_app(settings)
+        findings += app
+        if all(finding.status == "ok" for finding in app):  # the App reads them, or nothing
+            findings += await check_workflows(settings)
         findings += [
             check_webhook_secret(settings),
             check_operator_token(settings),

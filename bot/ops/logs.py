@@ -41,11 +41,18 @@ _PATTERNS = (
     # GitHub tokens: installation (ghs_), personal (ghp_, github_pat_), OAuth (gho_, ghu_, ghr_).
     re.compile(r"(?:gh[opsur]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"),
     # A JWT (the App's, signed with its key): three base64url parts, a JSON header first.
-    re.compile(r"eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"),
+    # Only where a base64url run starts, and never giving back what a part took: each
+    # character is looked at a bounded number of times (`eyJeyJ...` masked in linear time).
+    re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{4,}+\.[A-Za-z0-9_-]{4,}+\.[A-Za-z0-9_-]*+"),
     # git's Basic credential: base64 of "x-access-token:<token>".
     re.compile(r"eC1hY2Nlc3MtdG9rZW46[A-Za-z0-9+/=]*"),
 )
-_URL_CREDENTIAL = re.compile(r"x-access-token:[^@\s]+@")
+# A token holds no colon: each try stops at the next `x-access-token:` (linear time).
+_URL_CREDENTIAL = re.compile(r"x-access-token:[^@\s:]++@")
+# What one log line keeps of its message, or of its exception: text from strangers (a
+# comment, an agent's output) may be megabytes, and every line is masked before it is
+# written. The rest is cut and counted.
+LINE_CHARS = 16_000
 
 
 @contextmanager
@@ -85,6 +92,13 @@ def mask_secrets(values: Iterable[str]) -> None:
     _secrets.update(value for value in values if value)
 
 
+def cut(text: str, limit: int = LINE_CHARS) -> str:
+    """Return text cut to limit characters, saying how many more there were."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """Return text with every secret Baton knows of, and the given ones, masked."""
     # Longest first, so a secret that contains another is masked whole.
@@ -107,13 +121,13 @@ class JsonFormatter(logging.Formatter):
             .replace("+00:00", "Z"),
             "level": record.levelname,
             "logger": record.name,
-            "message": redact(record.getMessage()),
+            "message": redact(cut(record.getMessage())),
             **current_context(),
         }
         if record.exc_info:
-            entry["exception"] = redact(self.formatException(record.exc_info))
+            entry["exception"] = redact(cut(self.formatException(record.exc_info)))
         if record.stack_info:
-            entry["stack"] = redact(self.formatStack(record.stack_info))
+            entry["stack"] = redact(cut(self.formatStack(record.stack_info)))
         return orjson.dumps(entry).decode()
 
 
@@ -125,7 +139,7 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         """Return the record as text, secrets masked."""
-        text = super().format(record)
+        text = cut(super().format(record), 2 * LINE_CHARS)
         context = current_context()
         if context:
             first, newline, rest = text.partition("\n")

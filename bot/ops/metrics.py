@@ -125,6 +125,22 @@ HALTS = Metric(
     help="Runs halted by a provider's usage window.",
     type=MetricType.COUNTER,
 )
+REDELIVERIES = Metric(
+    name="baton_webhook_redeliveries_total",
+    help="Failed webhook deliveries the clock found, by what came of them: asked (GitHub was "
+    "asked to deliver the event again), refused (GitHub refused to), left (over a pass's "
+    "bound, for the next pass).",
+    type=MetricType.COUNTER,
+    labels=("outcome",),
+)
+SWEEP_FINDINGS = Metric(
+    name="baton_sweep_findings_total",
+    help="What reconcile sweep passes found and set right, by outcome: orphaned, settled, "
+    "recovered (a recovery cut short, performed), stuck (an issue shown in progress with "
+    "nothing working on it), relabelled, picked_up, ...",
+    type=MetricType.COUNTER,
+    labels=("outcome",),
+)
 GITHUB_API_CALLS = Metric(
     name="baton_github_api_calls_total",
     help="Requests to GitHub's REST API, by method and status class (2xx, 4xx, 5xx; "
@@ -198,6 +214,8 @@ STORED = (
     ESCALATIONS,
     AUDIT_FLAGS,
     HALTS,
+    REDELIVERIES,
+    SWEEP_FINDINGS,
     GITHUB_API_CALLS,
     GITHUB_RATE_LIMIT_REMAINING,
 )

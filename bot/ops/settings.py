@@ -8,11 +8,18 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    IPvAnyNetwork,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bot.domain.commands import Role
-from bot.domain.ingress import MIN_OPERATOR_TOKEN_CHARS
+from bot.domain.ingress import DEFAULT_TRUSTED, MIN_OPERATOR_TOKEN_CHARS
 from bot.domain.model import AgentName, Labels, Limits, Policy
 from bot.ops.logs import LogFormat, mask_secrets
 
@@ -91,6 +98,19 @@ class Settings(BaseSettings):
         description="The token that opens the web process's /status page and /metrics, "
         f"at least {MIN_OPERATOR_TOKEN_CHARS} characters; unset, both answer 404.",
     )
+    trusted_proxy_header: str = Field(
+        default="X-Forwarded-For",
+        validation_alias="BATON_TRUSTED_PROXY_HEADER",
+        description="The header a trusted proxy names the client in (its last entry, for a "
+        "list): wrong operator tokens count against that client, not the proxy, so one "
+        "client behind it cannot lock the operator out (`Fly-Client-IP` on Fly).",
+    )
+    trusted_proxies: Annotated[list[IPvAnyNetwork], NoDecode] = Field(
+        default_factory=lambda: list(DEFAULT_TRUSTED),
+        validation_alias="BATON_TRUSTED_PROXIES",
+        description="The networks whose peers are trusted proxies, comma-separated; unset, "
+        "loopback and private addresses (a proxy on the machine, a platform's router).",
+    )
     queue_label: str = Field(default="baton:queue", validation_alias="BATON_QUEUE_LABEL")
     in_progress_label: str = Field(
         default="baton:in-progress", validation_alias="BATON_IN_PROGRESS_LABEL"
@@ -154,6 +174,27 @@ class Settings(BaseSettings):
         "commit status has appeared this long after the push counts as green: its "
         "repository (or its base branch, for a stacked link) runs no CI.",
     )
+    write_interval_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        validation_alias="BATON_WRITE_INTERVAL_SECONDS",
+        description="The least time between two writes (POST, PATCH, PUT, DELETE) to one "
+        "installation, over every worker: GitHub asks integrations to wait a second.",
+    )
+    write_per_minute: int = Field(
+        default=80,
+        ge=1,
+        validation_alias="BATON_WRITE_PER_MINUTE",
+        description="The most writes to one installation in any minute: GitHub's secondary "
+        "limit is 80.",
+    )
+    write_per_hour: int = Field(
+        default=500,
+        ge=1,
+        validation_alias="BATON_WRITE_PER_HOUR",
+        description="The most writes to one installation in any hour: GitHub's secondary "
+        "limit is 500.",
+    )
     lock_ttl_seconds: float = Field(
         default=60.0,
         gt=0,
@@ -189,6 +230,29 @@ class Settings(BaseSettings):
         validation_alias="BATON_TAKEOVER_CHECK_SECONDS",
         description="How often the clock looks in Redis for claims that lapsed (a worker "
         "died) and has their runs continued at once, between full sweeps.",
+    )
+    redelivery_interval_seconds: float = Field(
+        default=600.0,
+        ge=0,
+        validation_alias="BATON_REDELIVERY_INTERVAL_SECONDS",
+        description="How often the clock lists the App's failed webhook deliveries and asks "
+        "GitHub to deliver each lost event again, once (GitHub never does by itself); 0 "
+        "turns it off.",
+    )
+    redelivery_window_hours: float = Field(
+        default=6.0,
+        gt=0,
+        le=72,
+        validation_alias="BATON_REDELIVERY_WINDOW_HOURS",
+        description="How far back a redelivery pass looks: deliveries older than this are "
+        "left alone (GitHub redelivers those of the last 3 days).",
+    )
+    redelivery_per_pass: int = Field(
+        default=50,
+        ge=1,
+        validation_alias="BATON_REDELIVERY_PER_PASS",
+        description="The most events one redelivery pass asks for again, oldest first; the "
+        "rest wait for the next pass, so an outage's backlog is replayed at a pace.",
     )
     backoff_base_seconds: float = Field(
         default=60.0, gt=0, validation_alias="BATON_BACKOFF_BASE_SECONDS"
@@ -335,6 +399,7 @@ class Settings(BaseSettings):
         "required_checks",
         "agent_allowed_hosts",
         "agent_extra_paths",
+        "trusted_proxies",
         mode="before",
     )
     @classmethod

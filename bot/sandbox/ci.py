@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import pathlib
+import re
 import signal
 import tempfile
 import time
@@ -38,8 +39,24 @@ class CiResult:
     text: str
 
 
+# GitHub runs no workflow for a push whose head commit's message holds one of these
+# ("Skipping workflow runs"), nor any check for a `skip-checks: true` trailer.
+SKIP_DIRECTIVES = ("[skip ci]", "[ci skip]", "[no ci]", "[skip actions]", "[actions skip]")
+SKIP_TRAILER = re.compile(r"^skip-checks: ?true$", re.MULTILINE)
+
+
+def skips_ci(message: str) -> bool:
+    """Tell whether a commit message asks GitHub to run no workflow and no check for it."""
+    return any(d in message for d in SKIP_DIRECTIVES) or SKIP_TRAILER.search(message) is not None
+
+
 async def planned_checks(git: GitRepo, sha: str) -> list[str]:
-    """Name the checks CI runs for a commit: none without a CI script."""
+    """Name the checks CI runs for a commit: none without a CI script, or if it says skip.
+
+    Mirrors https://docs.github.com/en/actions/managing-workflow-runs-and-deployments/managing-workflow-runs/skipping-workflow-runs.
+    """
+    if skips_ci((await git.commit(sha)).message):
+        return []
     script = await git.entry(sha, CI_PATH)
     if script is None or script.type != "blob":
         return []

@@ -46,6 +46,7 @@ from bot.sandbox.rest import (
     not_found,
     or_not_found,
 )
+from bot.sandbox.secondary import SecondaryLimits
 from bot.sandbox.state import Installation, Repo, StateFile, User, UserType, node_id, utc_now
 from bot.sandbox.webhooks import WebhookSender
 
@@ -102,6 +103,7 @@ class Hub:
         )
         self.calls = CallCounter()
         self.limits = RateLimits()
+        self.secondary = SecondaryLimits()
         self.webhooks = WebhookSender(
             data_dir, self.state.secrets.webhook_secret, webhook_url, self.rng
         )

@@ -1,10 +1,11 @@
-"""Request middleware: authentication, rate limits, App permissions, faults, ETags, call counts."""
+"""Request middleware: authentication, rate limits (primary and secondary), App permissions,
+faults, ETags, call counts, request IDs."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
 
 from aiohttp import web
@@ -12,9 +13,11 @@ from aiohttp.typedefs import Handler
 
 from bot.sandbox.auth import ACT_AS_HEADER, Actor
 from bot.sandbox.calls import Budget, rate_limited
+from bot.sandbox.graphql import GraphQLError, operation_of
 from bot.sandbox.hub import ACTOR, Hub, hub_of
 from bot.sandbox.permissions import requirement_of
-from bot.sandbox.rest import ApiError, bad_credentials, forbidden_integration, not_found
+from bot.sandbox.rest import ApiError, bad_credentials, forbidden_integration, not_found, read_json
+from bot.sandbox.secondary import CONTENT_METHODS, REQUEST_ID_HEADER, Usage, new_request_id
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +26,7 @@ GIT_ROUTE = "git-http"
 PAGE_ROUTE = "html-page"
 ACCEPTED_PERMISSIONS = "X-Accepted-GitHub-Permissions"
 RATE_LIMIT_PATH = "/rate_limit"
+GRAPHQL_PATH = "/graphql"
 
 
 @dataclass
@@ -30,6 +34,7 @@ class _Call:
     """What the middleware learns of one REST call, to count it whatever its answer."""
 
     admin: bool
+    request_id: str = field(default_factory=new_request_id)
     actor: Actor | None = None
     budget: Budget | None = None
     spent: bool = False
@@ -59,6 +64,7 @@ async def sandbox_middleware(request: web.Request, handler: Handler) -> web.Stre
             hub.changed()
     if not call.admin:
         _count(request, hub, call, response)
+    response.headers[REQUEST_ID_HEADER] = call.request_id
     return response
 
 
@@ -74,20 +80,65 @@ async def _served(
         if actor is None or actor.kind != "admin":
             raise bad_credentials()
         return _conditional(request, await handler(request))
-    budget = call.budget = hub.limits.budget_of(actor)
+    call.budget = hub.limits.budget_of(actor)
     # "Accessing this endpoint does not count against your REST API rate limit."
-    if actor is not None and budget is not None and request.path != RATE_LIMIT_PATH:
-        if budget.exhausted():
-            raise rate_limited(actor, budget)
-        # Spent before serving, so concurrent calls cannot overdraw the budget.
-        budget.spend()
-        call.spent = True
+    budget = call.budget if request.path != RATE_LIMIT_PATH else None
+    if actor is not None and budget is not None and budget.exhausted():
+        raise rate_limited(actor, budget)
+    admitted = await _admitted(request, hub, actor, call.request_id)
+    try:
+        if budget is not None:
+            # Spent before serving, so concurrent calls cannot overdraw the budget.
+            budget.spend()
+            call.spent = True
+        return await _authorized(request, handler, hub, actor)
+    finally:
+        if admitted is not None:
+            hub.secondary.release(admitted)
+
+
+async def _authorized(
+    request: web.Request, handler: Handler, hub: Hub, actor: Actor | None
+) -> web.StreamResponse:
+    """Check the caller's App permissions, apply any fault, and serve the call."""
     accepted = _check_permissions(request, actor)
     await hub.faults.apply(request.method, request.path)
     response = _conditional(request, await handler(request))
     if accepted:
         response.headers[ACCEPTED_PERMISSIONS] = accepted
     return response
+
+
+async def _admitted(
+    request: web.Request, hub: Hub, actor: Actor | None, request_id: str
+) -> Usage | None:
+    """Let an installation's call in under its secondary limits (None: not limited).
+
+    Raises GitHub's 403 when a limit refuses it; a refused call is neither served nor
+    counted as a write.
+    """
+    if actor is None or actor.kind != "installation" or actor.installation_id is None:
+        return None
+    content = await _creates_content(request)
+    return hub.secondary.admit(actor.installation_id, content, request_id)
+
+
+async def _creates_content(request: web.Request) -> bool:
+    """Tell whether a call is content-creating: a REST write, or a GraphQL mutation.
+
+    GitHub's content limits cover "actions taken ... via the REST API and GraphQL API";
+    a GraphQL query sent with POST creates nothing. A body that does not parse is no
+    mutation (the endpoint answers it with its errors).
+    """
+    if request.method not in CONTENT_METHODS:
+        return False
+    if request.path != GRAPHQL_PATH:
+        return True
+    try:
+        operation, _ = operation_of(await read_json(request))
+    except (ApiError, GraphQLError):
+        return False
+    return operation.kind == "mutation"
 
 
 def _count(request: web.Request, hub: Hub, call: _Call, response: web.StreamResponse) -> None:

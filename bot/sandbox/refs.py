@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from dataclasses import dataclass
 
 from bot.sandbox import checks, events, pulls
@@ -12,6 +14,10 @@ from bot.sandbox.rest import ApiError, Json
 from bot.sandbox.state import Issue, Repo, utc_now
 
 PUSH_COMMITS = 20
+# How long after answering "Update branch" GitHub's background merge is made here.
+UPDATE_BRANCH_DELAY = 1.0
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -187,27 +193,61 @@ async def merge(
 async def update_branch(
     hub: Hub, repo: Repo, issue: Issue, expected_sha: str | None, sender: str
 ) -> None:
-    """Merge a pull request's base branch into its head branch, as "Update branch" does.
+    """Accept "Update branch": refuse what cannot merge, and merge later, as GitHub does.
 
-    The merge commit is GitHub's: "Merge branch '<base>' into <head>", by the sender, with
-    the head as first parent. Refused (422) for a head other than expected_sha, a base the
-    head already contains, or a merge that conflicts.
+    GitHub answers 202 Accepted and makes the merge in the background ("Updating pull
+    request branch."), so the head moves, and `push` and `synchronize` are sent, only
+    after the answer: the merge is made UPDATE_BRANCH_DELAY later. Refused at once (422)
+    for a closed pull request, a head other than expected_sha, a base the head already
+    contains, or a merge that conflicts.
     """
+    async with hub.lock(repo):
+        head, _, _ = await _merge_of(hub, repo, issue, expected_sha)
+    hub.spawn(_merge_base_later(hub, repo, issue, head, sender))
+
+
+async def _merge_of(
+    hub: Hub, repo: Repo, issue: Issue, expected_sha: str | None
+) -> tuple[str, str, str]:
+    """Return the head, base and merged tree of an update-branch, or raise GitHub's 422."""
     pull = issue.pull
     assert pull is not None
     if issue.state != "open":
         raise ApiError(422, "Pull request is closed.")
+    git = hub.git(repo)
+    head = pull.head_sha
+    if expected_sha is not None and expected_sha != head:
+        raise ApiError(422, "expected head sha didn't match current head ref.")
+    base = await git.branch_tip(pull.base_ref)
+    if base is None or await git.is_ancestor(base, head):
+        raise ApiError(422, "There are no new commits on the base branch.")
+    tree = await git.merge_tree(head, base)
+    if tree is None:
+        raise ApiError(422, "merge conflict between base and head")
+    return head, base, tree
+
+
+async def _merge_base_later(hub: Hub, repo: Repo, issue: Issue, head: str, sender: str) -> None:
+    """Merge the base into the head accepted, once the 202 has gone; a head moved since is
+    left alone (GitHub's background merge fails quietly)."""
+    await asyncio.sleep(UPDATE_BRANCH_DELAY)
+    try:
+        await _merge_base(hub, repo, issue, head, sender)
+    except ApiError as err:
+        log.info("update-branch of %s#%d not made: %s", repo.full_name, issue.number, err)
+    except Exception:
+        log.exception("update-branch of %s#%d failed", repo.full_name, issue.number)
+    hub.changed()
+
+
+async def _merge_base(hub: Hub, repo: Repo, issue: Issue, expected: str, sender: str) -> None:
+    """Make GitHub's merge commit: "Merge branch '<base>' into <head>", by the sender, with
+    the head as first parent; move the head branch and announce it."""
     async with hub.lock(repo):
+        head, base, tree = await _merge_of(hub, repo, issue, expected)
+        pull = issue.pull
+        assert pull is not None
         git = hub.git(repo)
-        head = pull.head_sha
-        if expected_sha is not None and expected_sha != head:
-            raise ApiError(422, "expected head sha didn't match current head ref.")
-        base = await git.branch_tip(pull.base_ref)
-        if base is None or await git.is_ancestor(base, head):
-            raise ApiError(422, "There are no new commits on the base branch.")
-        tree = await git.merge_tree(head, base)
-        if tree is None:
-            raise ApiError(422, "merge conflict between base and head")
         message = f"Merge branch '{pull.base_ref}' into {pull.head_ref}\n"
         sha = await git.commit_tree(tree, [head, base], message, hub.identity(sender))
         await git.update_ref(pull.head_ref, sha, head)

@@ -114,7 +114,9 @@ def _operator_token(request: web.Request) -> str:
 
 
 def _client(request: web.Request) -> str:
-    return client_address(request.remote, request.headers.get("X-Forwarded-For"))
+    settings = request.app[CONTEXT].settings
+    named = request.headers.get(settings.trusted_proxy_header)
+    return client_address(request.remote, named, settings.trusted_proxies)
 
 
 def _throttled(request: web.Request) -> None:

@@ -11,6 +11,7 @@ from rq import Worker
 from bot.domain.chains import LinkStatus, link_status, next_step, successors
 from bot.domain.model import Chain, Run, RunState
 from bot.domain.pacing import RateBudget, sweep_may_spend
+from bot.domain.plans.redelivery import RedeliveryPass
 from bot.domain.spend import (
     AgentSpend,
     BudgetState,
@@ -231,6 +232,9 @@ class Overview(BaseModel):
     spend: SpendView | None = Field(
         default=None, description="agent spend and the monthly budgets, where read"
     )
+    redelivery: RedeliveryPass | None = Field(
+        default=None, description="what the last pass for lost webhook deliveries found and did"
+    )
 
     @property
     def live_runs(self) -> list[RunSummary]:
@@ -338,6 +342,7 @@ def gather_overview(
         queues=dispatch.depths(),
         workers=Worker.count(connection=dispatch.connection),
         marks={what: datetime.fromisoformat(at) for what, at in store.marks().items()},
+        redelivery=store.last_redelivery_pass(),
         repos=repos,
         runs=runs,
         halted=[TimedIssue(repo=i.repo, number=i.number, until=at) for i, at in store.halts()],

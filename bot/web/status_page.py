@@ -14,6 +14,7 @@ from urllib.parse import quote, urlsplit
 
 from bot.domain.chains import LinkStatus
 from bot.domain.model import Run, RunState
+from bot.domain.plans.redelivery import RedeliveryPass
 from bot.domain.render import duration, sandbox_refusals
 from bot.domain.spend import WINDOW_DAYS, AgentSpend, BudgetState, usd
 from bot.domain.transcript import Entry, Message, Notice, Reasoning, ToolCall, counts
@@ -177,6 +178,8 @@ def _cards(overview: Overview, now: datetime) -> str:
         _card(f"last {what}", duration(now - at), "ago")
         for what, at in sorted(overview.marks.items())
     ]
+    if (lost := overview.redelivery) is not None:
+        cards.append(_card("lost deliveries", str(lost.failed), redelivery_words(lost, now)))
     return f'<div class="cards">{"".join(cards)}</div>'
 
 
@@ -391,6 +394,14 @@ def _spend_line(row: SpendRow) -> str:
     return f"{line}; monthly budget {usd(budget.budget_usd)}, {usd(budget.left_usd)} left"
 
 
+def redelivery_words(lost: RedeliveryPass, now: datetime) -> str:
+    """Say what the last redelivery pass did, and when."""
+    return (
+        f"{lost.asked} asked again, {lost.refused} refused, {lost.left} left "
+        f"({_relative(lost.at, now)})"
+    )
+
+
 def render_status_text(overview: Overview, now: datetime) -> str:
     """Return what `baton status` prints: one line per fact, runs grouped by repository."""
     depths = ", ".join(f"{name} {count}" for name, count in overview.queues.items())
@@ -400,6 +411,8 @@ def render_status_text(overview: Overview, now: datetime) -> str:
         f"last {what}: {_clock(at)} ({_relative(at, now)})"
         for what, at in sorted(overview.marks.items())
     ]
+    if (lost := overview.redelivery) is not None:
+        lines.append(f"lost webhook deliveries: {lost.failed}; {redelivery_words(lost, now)}")
     lines += [
         f"{repo.repo}: paused since {_clock(repo.paused_since)} — nothing admitted "
         f"({repo.held_starts} held), {repo.settled_while_paused} settled"

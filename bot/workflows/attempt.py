@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from bot.domain.classify import RunFacts
 from bot.domain.commands import Standing
 from bot.domain.issue_text import IssueText, Snapshot
 from bot.domain.jobs import RunMode
+from bot.domain.leaks import Leak, find_leaks, masked, parse_added_lines, passed_values
 from bot.domain.model import AgentResult, IssueRef, Run, RunState, utcnow
 from bot.domain.plans.admission import (
     Admission,
@@ -45,17 +47,15 @@ from bot.domain.plans.admission import (
 from bot.domain.plans.ending import End, after_agent, ended
 from bot.domain.render import Continuation, ReviewComment, ReviewSummary
 from bot.domain.repo_config import InvalidRepoConfig, apply_repo_config
-from bot.domain.resources import Issue, Label, PullRequest, Repository, User
+from bot.domain.resources import Issue, Label, Repository, User
 from bot.domain.spend import Budgets, Spending
 from bot.edges.api import (
-    DraftsRefused,
     learn_app_id,
     learn_bot_user_id,
     list_check_runs,
     list_review_comments,
     list_reviews,
     load_repo_config,
-    open_or_update_pr,
     read_combined_status,
     read_issue,
     read_pull,
@@ -67,6 +67,7 @@ from bot.edges.store import Claim, LockLost
 from bot.ops.logs import log_context
 from bot.ops.metrics import agent_usage
 from bot.ops.worker import stopping
+from bot.workflows import pulls
 from bot.workflows.chain import stack_base
 from bot.workflows.conclude import policy_of, report
 from bot.workflows.execute import conclude, execute, record
@@ -354,11 +355,12 @@ class _Attempt:
             self.mode.value,
             run.branch,
         )
-        # In-progress goes on before any work starts: a crash never makes it look unclaimed.
-        await self._label(gh, self.settings.labels.in_progress, labels)
-        await report(self.services, gh, run)
+        # The claim is kept from here on: even the first writes may wait for their slots.
         self.heartbeat = heartbeat = asyncio.create_task(self._heartbeat())
         try:
+            # In-progress goes on before any work starts: a crash never makes it look unclaimed.
+            await self._label(gh, self.settings.labels.in_progress, labels)
+            await report(self.services, gh, run)
             return await self._work(gh, run, previous, base, clone_url)
         except LockLost:
             log.warning("%s: lost the issue's lock; stopping without touching GitHub", self.issue)
@@ -495,13 +497,20 @@ class _Attempt:
             result = await self._run_agent(run, worktree, run_dir, continuation)
         finally:
             checkpoints.cancel()
+        if result.result_text:
+            # The agent's report reaches the pull request and comments: no credential in it.
+            values = passed_values(self.settings.agent_passthrough_env, os.environ)
+            shown = await asyncio.to_thread(masked, result.result_text, values)
+            result = result.model_copy(update={"result_text": shown})
         run = run.model_copy(update={"agent_result": result})
         self.store.add_metrics(agent_usage(result))
         self.store.record_spend(run)
-        keep_transcript(self.services, run)  # however the agent ended, before the push can fail
+        # However the agent ended, before the push can fail; masked in a thread, so a
+        # megabyte of transcript never stops the heartbeat.
+        await asyncio.to_thread(keep_transcript, self.services, run)
         if stopping():
             return await self._interrupted(gh, run, clone_url, start)
-        return await self._after_agent(gh, run, result, clone_url, (start, base, base_sha))
+        return await self._after_agent(gh, run, result, clone_url, (start, base_sha))
 
     async def _after_agent(
         self,
@@ -509,13 +518,13 @@ class _Attempt:
         run: Run,
         result: AgentResult,
         clone_url: str,
-        built_on: tuple[str, str, str],
+        built_on: tuple[str, str],
     ) -> Run | None:
         """Push what the agent committed; end the attempt as it ended, or open its PR.
 
-        built_on is where the worktree started, the base branch, and that branch's tip.
+        built_on is where the worktree started, and the base branch's tip.
         """
-        start, base, base_sha = built_on
+        start, base_sha = built_on
         workspace, repo = self.services.workspace, self.issue.repo
         head_sha = await workspace.collect(
             repo,
@@ -527,17 +536,26 @@ class _Attempt:
         changed = await workspace.has_diff(repo, base_sha, head_sha)
         # Known before the push, so the PR is opened with its list of files in one call.
         files = await pull_files(workspace, repo, base_sha, head_sha) if changed else []
-        push_failure = None
-        if new_commits:
+        push_failure, leaks = None, await self._leaks(head_sha) if new_commits else []
+        if new_commits and not leaks:
             # Pushed even when the agent stopped short: a continuation builds on it, here or
             # on another machine, and an operator's stop keeps the work.
             # Recorded before the push, so a check result that races the PR finds its run.
             run = self._move(run, run.state, head_sha=head_sha)
             push_failure = await self._push(run, clone_url, head_sha)
-        end = after_agent(result, new_commits, changed, push_failure)
+        end = after_agent(result, new_commits, changed, push_failure, leaks)
         if end is not None:
             return await self._end(gh, run, end)
-        return await self._open_pull(gh, run, result, base, files)
+        return await self._open_pull(gh, run, result, files)
+
+    async def _leaks(self, head: str) -> list[Leak]:
+        """Return the credentials the commits up to head that GitHub lacks would publish.
+
+        Scanned in a thread: a large diff never stops the heartbeat.
+        """
+        diff = await self.services.workspace.unpublished_diff(self.issue.repo, head)
+        values = passed_values(self.settings.agent_passthrough_env, os.environ)
+        return await asyncio.to_thread(find_leaks, parse_added_lines(diff), values)
 
     async def _push(self, run: Run, clone_url: str, head_sha: str) -> str | None:
         """Push the attempt's commits to its branch; return why that failed, where it did."""
@@ -553,78 +571,33 @@ class _Attempt:
         return None
 
     async def _open_pull(
-        self, gh: GitHubClient, run: Run, result: AgentResult, base: str, files: list[str]
+        self, gh: GitHubClient, run: Run, result: AgentResult, files: list[str]
     ) -> Run | None:
+        """Open the attempt's PR; put it off when GitHub asks Baton to wait or fails for now."""
         report_text = result.result_text or ""
         title = render.pr_title(self.text.title, self.issue.number)
         body = render.pr_body(run, report_text, files)
+        run = self._move(run, run.state, changed_files=files)
         try:
-            pr, drafts_refused = await self._open_or_update(gh, run, base, title, body)
+            opened = await pulls.open_pull(gh, run, title, body, self.draft_until_green)
+        except pulls.PUT_OFF_BY as exc:
+            decided = pulls.put_off_by(run, exc, self.draft_until_green)
+            if isinstance(decided, End):
+                return await self._end(gh, run, decided)
+            self.store.save_run(decided, self.claim)
+            await pulls.after_put_off(self.services, gh, decided)
+            return decided
         except HTTPException as exc:
-            reason = f"opening the pull request failed: {_one_line(exc)}"
-            return await self._end(
-                gh, run, ended("pr-failed", RunState.FAILED, reason, run.agent_result)
-            )
-        if pr.draft and pr.node_id is not None:  # marked ready for review once it is green
-            self.store.record_draft(self.issue.repo, pr.number, pr.node_id)
+            return await self._end(gh, run, pulls.failed(run, exc))
         run = self._move(
             run,
             RunState.PUSHED_PENDING,
-            pr_number=pr.number,
-            pr_url=pr.html_url,
-            changed_files=files,
-            drafts_refused=drafts_refused,
+            pr_number=opened.pull.number,
+            pr_url=opened.pull.html_url,
+            drafts_refused=opened.drafts_refused,
         )
-        await report(self.services, gh, run)
-        # A check result that came before the run was recorded as pushed found nothing to
-        # settle and said so: look once now. Otherwise the result's own event settles it.
-        assert run.head_sha is not None
-        if self.store.take_check_result(self.issue.repo, run.head_sha):
-            self.services.dispatch.settle_head(
-                self.issue.installation_id, self.issue.repo, run.head_sha
-            )
-        else:
-            # A head no CI runs on sends no event at all: look once its silence is an answer.
-            self.services.dispatch.settle_head_at(
-                self.issue.installation_id,
-                self.issue.repo,
-                run.head_sha,
-                utcnow() + timedelta(seconds=policy_of(self.services, run).no_checks_after_s),
-            )
-        log.info(
-            "%s: attempt %d pushed %s to %s", self.issue, run.attempt, run.head_sha[:12], run.pr_url
-        )
-        chain = self.store.chain_of(self.issue)
-        if chain is not None:
-            self.services.dispatch.advance_chain(chain, f"pushed-{run.head_sha}")  # its manifest
+        await pulls.after_opened(self.services, gh, run, opened)
         return run
-
-    async def _open_or_update(
-        self, gh: GitHubClient, run: Run, base: str, title: str, body: str
-    ) -> tuple[PullRequest, bool]:
-        """Open or update the attempt's PR, a draft where the repository's file asks.
-
-        A repository that cannot have drafts (a private one on GitHub Free) gets a normal
-        PR, and True says GitHub refused the draft.
-        """
-
-        async def opened(draft: bool) -> PullRequest:
-            return await open_or_update_pr(
-                gh,
-                self.issue,
-                branch=run.branch,
-                base=base,
-                title=title,
-                body=body,
-                number=run.pr_number,
-                draft=draft,
-            )
-
-        try:
-            return await opened(self.draft_until_green), False
-        except DraftsRefused:
-            log.info("%s: GitHub takes no draft here; the PR opens ready for review", self.issue)
-            return await opened(False), True
 
     async def _continuation(self, gh: GitHubClient, previous: Run | None) -> Continuation | None:
         """Return what the agent needs to know about the attempt it continues."""
@@ -714,6 +687,7 @@ class _Attempt:
                 programs=programs_of(
                     self.settings, self.setup_commands, self.services.settings.agent_command
                 ),
+                caches_of=self.issue.repo,
             )
             request = AgentRequest(
                 run_id=run.run_id,
@@ -783,6 +757,8 @@ class _Attempt:
         try:
             head = await workspace.collect(repo, number, start, None)
             if head not in (start, self.pushed_tip):
+                if await self._kept_back(head):
+                    return
                 self._ensure_claim()
                 token = await self.app.installation_token(self.issue.installation_id)
                 await workspace.push(repo, clone_url, run.branch, head, token, self.pushed_tip)
@@ -792,6 +768,8 @@ class _Attempt:
             message = f"Uncommitted work on #{number} (Baton, attempt {run.attempt}, salvaged)"
             salvage = await workspace.salvage(repo, number, start, self.salvage, message)
             if salvage is None or salvage.sha == self.salvage_tip:
+                return
+            if await self._kept_back(salvage.sha):
                 return
             self._ensure_claim()
             token = await self.app.installation_token(self.issue.installation_id)
@@ -804,6 +782,16 @@ class _Attempt:
         log.info(
             "%s: attempt %d salvaged its edits at %s", self.issue, run.attempt, salvage.sha[:12]
         )
+
+    async def _kept_back(self, head: str) -> bool:
+        """Tell whether a checkpoint is kept from GitHub for the credentials it would publish.
+
+        The attempt's own end escalates them, once, naming each; a checkpoint only says so.
+        """
+        leaks = await self._leaks(head)
+        if leaks:
+            log.warning("%s: checkpoint kept back: it carries %s", self.issue, leaks[0])
+        return bool(leaks)
 
     async def _drop_salvage(self, clone_url: str) -> None:
         """Delete the issue's salvage branch: the work it held is on the issue's branch now."""

@@ -7,8 +7,9 @@ recovery performed once, however often the job or the webhook behind it repeats.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from gidgethub import BadRequest
 
@@ -18,12 +19,13 @@ from bot.domain.budget import Decision, decide, spend
 from bot.domain.check_run import CheckPhase, CheckRunRecord, CheckRunView
 from bot.domain.classify import RunFacts, classify
 from bot.domain.effects import Plan
+from bot.domain.jobs import refresh_status_job
 from bot.domain.model import IssueRef, Limits, Policy, Recovery, Run, RunState, utcnow
 from bot.domain.plans import recovery
 from bot.domain.render import CheckSummary
 from bot.domain.resume import Halt, ResumePlan, plan_resumes
 from bot.edges.api import create_check_run, read_issue, update_check_run, upsert_comment
-from bot.edges.github import GitHubClient
+from bot.edges.github import GitHubClient, WriteOvertaken, WritesPaused, status_edits
 from bot.edges.store import Store
 from bot.workflows.services import Services
 
@@ -41,10 +43,28 @@ async def report(
 
     Edits are serialised per issue and rendered from the stored run, so a slower
     job never writes an older state over a newer one; a comment is written once per
-    phase of the run (render.status_key), not at every step.
+    phase of the run (render.status_key), not at every step. A report whose writes
+    must wait longer than a job holds its worker never fails the work it reports:
+    a job makes it when they may go (jobs/status.py), from the run as stored then.
     """
+    try:
+        await report_now(services, gh, run, next_step, checks)
+    except WritesPaused as paused:
+        log.info("%s: status report put off: %s", run.issue, paused)
+        when = datetime.fromtimestamp(paused.until, UTC)
+        services.dispatch.enqueue_at(refresh_status_job(run.issue), when)
+
+
+async def report_now(
+    services: Services,
+    gh: GitHubClient,
+    run: Run,
+    next_step: str | None = None,
+    checks: Sequence[CheckSummary] = (),
+) -> None:
+    """Report the run as report() does, but raise WritesPaused when its writes must wait."""
     store, issue = services.store, run.issue
-    async with store.comment_lock(issue):
+    async with store.status_turn(issue) as current:
         stored = store.run(issue, run.attempt)
         if stored is not None and len(stored.history) > len(run.history):
             run, next_step, checks = stored, None, ()  # a later step of this run reported since
@@ -62,26 +82,28 @@ async def report(
                 pull_comment = await _write_status(
                     gh,
                     store,
-                    issue.repo,
-                    run.pr_number,
-                    pull_comment,
+                    StatusEdit(repo=issue.repo, number=run.pr_number, comment_id=pull_comment),
                     render.pull_status_comment(runs, list(checks), pull_next, now),
                     render.pull_status_key(runs, checks, pull_next),
+                    current,
                 )
-                store.set_pull_status_comment(issue.repo, run.pr_number, pull_comment)
+                if pull_comment is not None:
+                    store.set_pull_status_comment(issue.repo, run.pr_number, pull_comment)
             if pull_comment is not None:
                 pull_comment_url = f"{run.pr_url}#issuecomment-{pull_comment}"
         notes = snapshot.notes(store.queued_text(issue), policy_of(services, run).labels.queue)
         comment = await _write_status(
             gh,
             store,
-            issue.repo,
-            issue.number,
-            store.status_comment(issue),
+            StatusEdit(
+                repo=issue.repo, number=issue.number, comment_id=store.status_comment(issue)
+            ),
             render.status_comment(run, now, next_step, pull_comment_url, notes),
             render.status_key(run, next_step, pull_comment_url, notes),
+            current,
         )
-        store.set_status_comment(issue, comment)
+        if comment is not None:
+            store.set_status_comment(issue, comment)
         await _show_check_run(services, gh, run, next_step, now)
 
 
@@ -178,32 +200,52 @@ async def _write_check_run(
 async def post_status(services: Services, gh: GitHubClient, issue: IssueRef, body: str) -> None:
     """Put body in the issue's status comment (for a state that is not a run's)."""
     store = services.store
-    async with store.comment_lock(issue):
+    async with store.status_turn(issue) as current:
         comment = await _write_status(
             gh,
             store,
-            issue.repo,
-            issue.number,
-            store.status_comment(issue),
+            StatusEdit(
+                repo=issue.repo, number=issue.number, comment_id=store.status_comment(issue)
+            ),
             body,
             render.body_key(body),
+            current,
         )
-        store.set_status_comment(issue, comment)
+        if comment is not None:
+            store.set_status_comment(issue, comment)
+
+
+@dataclass(frozen=True)
+class StatusEdit:
+    """Which status comment an edit writes: on an issue or pull request, by id once it has one."""
+
+    repo: str
+    number: int
+    comment_id: int | None
 
 
 async def _write_status(
     gh: GitHubClient,
     store: Store,
-    repo: str,
-    number: int,
-    comment_id: int | None,
+    edit: StatusEdit,
     body: str,
     key: str,
-) -> int:
-    """Write a status comment unless it says this already (key); return its id."""
+    current: Callable[[], bool],
+) -> int | None:
+    """Write a status comment unless it says this already (key); return its id (None: none yet).
+
+    A status edit gives way to the writes that matter more, and is dropped if a newer
+    one was asked for while it waited for its turn to be sent (current).
+    """
+    repo, comment_id = edit.repo, edit.comment_id
     if comment_id is not None and store.status_written(repo, comment_id) == key:
         return comment_id
-    written = await upsert_comment(gh, repo, number, comment_id, body)
+    try:
+        with status_edits(current):
+            written = await upsert_comment(gh, repo, edit.number, comment_id, body)
+    except WriteOvertaken:
+        log.info("%s#%d: a status edit overtaken by a newer one was dropped", repo, edit.number)
+        return comment_id
     store.record_status_written(repo, written, key)
     return written
 
@@ -229,12 +271,14 @@ async def conclusion(
     """Classify a run that ended without a green PR, once, and plan its recovery.
 
     Returns the classified run and the plan that performs its recovery
-    (bot/workflows/execute.py performs it), or None when it had been classified
-    already (a repeated job or webhook), in which case nothing is to be done again.
+    (bot/workflows/execute.py performs it, then marks it performed), or None when it
+    had been classified and recovered already (a repeated job or webhook), in which
+    case nothing is to be done again. A run classified whose recovery was cut short
+    (a failed call, a dead worker) is planned again: the recovery is owed.
     """
     done = _classified_once(services, run, facts)
     if done is None:
-        return None
+        return await owed(services, gh, run.issue, run.attempt)
     outcome = _outcome(services, done, tuple(checks))
     log.info(
         "%s: attempt %d is %s → %s (%s)",
@@ -248,7 +292,7 @@ async def conclusion(
 
 
 def _classified_once(services: Services, run: Run, facts: RunFacts) -> Run | None:
-    """Record the run's class; None when it was classified already."""
+    """Record the run's class and that its recovery is owed; None if classified already."""
     classification = classify(facts)
 
     def classified(current: Run) -> Run | None:
@@ -258,6 +302,7 @@ def _classified_once(services: Services, run: Run, facts: RunFacts) -> Run | Non
             update={
                 "classification": classification,
                 "failure_class": classification.failure_class.value,
+                "recovery_owed": True,
             }
         )
 
@@ -283,16 +328,43 @@ async def audit_hold(services: Services, gh: GitHubClient, run: Run) -> tuple[Ru
 
     moved = services.store.update_run(run.issue, run.attempt, held)
     if moved is None:
-        return None
+        return await owed(services, gh, run.issue, run.attempt)
     facts = RunFacts(ending="audit-flagged", detail=f"{len(run.audit)} flags")
     done = _classified_once(services, moved, facts)
     if done is None:
-        return None
+        return await owed(services, gh, run.issue, run.attempt)
     log.warning("%s: attempt %d held by its settlement audit: %s", run.issue, run.attempt, reason)
     # Escalated whatever its budgets: the repository holds flagged pull requests from review.
     escalation = Decision(action=Recovery.ESCALATE, reason=reason)
     outcome = _outcome(services, done).model_copy(update={"decision": escalation})
     return done, await _recovery(services, gh, outcome)
+
+
+async def owed(
+    services: Services, gh: GitHubClient, issue: IssueRef, attempt: int
+) -> tuple[Run, Plan] | None:
+    """Plan again the recovery a classified run still owes; None when it owes none.
+
+    Its class decides it as it did the first time (an audit hold escalates either
+    way); the failing checks' summaries of the first plan are not kept, so a
+    continuation planned again is briefed from the run's own record.
+    """
+    run = services.store.run(issue, attempt)
+    if run is None or not run.recovery_owed or run.classification is None:
+        return None
+    log.warning("%s: attempt %d's recovery was cut short; performing it now", issue, attempt)
+    return run, await _recovery(services, gh, _outcome(services, run))
+
+
+def mark_recovered(services: Services, run: Run) -> None:
+    """Record that the run's recovery was performed in full: nothing is owed any more."""
+
+    def recovered(current: Run) -> Run | None:
+        return (
+            current.model_copy(update={"recovery_owed": False}) if current.recovery_owed else None
+        )
+
+    services.store.update_run(run.issue, run.attempt, recovered)
 
 
 def _outcome(

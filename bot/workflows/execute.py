@@ -25,6 +25,7 @@ from bot.domain.effects import (
     MarkEscalated,
     MarkReady,
     PauseRepo,
+    Plan,
     PostComment,
     PostStatus,
     React,
@@ -227,8 +228,13 @@ def _halt(services: Services, effect: HaltRun) -> None:
         ),
     )
     assert halted is not None
-    # The window is the account's: no other run that would spend it starts before it reopens.
-    store.close_window(effect.account, resume_at)
+    # The window is the account's, but the run's word for it is its agent's: the account
+    # waits only once a run of another issue says the same (then no run starts on it).
+    shut = store.claim_window(effect.account, effect.issue, resume_at, utcnow())
+    if shut is not None:
+        log.warning(
+            "%s's usage window is confirmed: nothing starts on it until %s", effect.account, shut
+        )
     store.record_halt(effect.issue, resume_at)
 
 
@@ -271,15 +277,12 @@ async def conclude(
 ) -> Run | None:
     """Classify a run that ended without a green PR and perform its recovery, once.
 
-    Returns the classified run, or None when it had been classified already
-    (a repeated job or webhook), in which case nothing is done again.
+    Returns the classified run, or None when it had been classified and recovered
+    already (a repeated job or webhook), in which case nothing is done again.
     """
-    concluded = await concluding.conclusion(services, gh, run, facts, checks)
-    if concluded is None:
-        return None
-    done, plan = concluded
-    await execute(services, gh, plan)
-    return done
+    return await _recover(
+        services, gh, await concluding.conclusion(services, gh, run, facts, checks)
+    )
 
 
 async def hold_for_audit(services: Services, gh: GitHubClient, run: Run) -> Run | None:
@@ -287,9 +290,25 @@ async def hold_for_audit(services: Services, gh: GitHubClient, run: Run) -> Run 
 
     Returns the held run, or None when it had been held already.
     """
-    held = await concluding.audit_hold(services, gh, run)
-    if held is None:
+    return await _recover(services, gh, await concluding.audit_hold(services, gh, run))
+
+
+async def recover_owed(services: Services, gh: GitHubClient, run: Run) -> Run | None:
+    """Perform the recovery a classified run still owes; None when it owes none."""
+    return await _recover(services, gh, await concluding.owed(services, gh, run.issue, run.attempt))
+
+
+async def _recover(
+    services: Services, gh: GitHubClient, planned: tuple[Run, Plan] | None
+) -> Run | None:
+    """Perform a planned recovery; then, and only then, nothing is owed.
+
+    Cut short (a failed call, a dead worker), the recovery stays owed: a retry of the
+    job, the clock's takeover check or the sweep performs it (bot/workflows/sweep.py).
+    """
+    if planned is None:
         return None
-    done, plan = held
+    done, plan = planned
     await execute(services, gh, plan)
+    concluding.mark_recovered(services, done)
     return done

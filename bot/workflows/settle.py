@@ -42,7 +42,7 @@ from bot.edges.api import (
     read_head_checks,
     read_repository,
 )
-from bot.edges.github import GitHubClient, github_app
+from bot.edges.github import GitHubApp, GitHubClient, github_app
 from bot.ops.metrics import AUDIT_FLAGS, Tally
 from bot.workflows.chain import restack_chain
 from bot.workflows.conclude import policy_of
@@ -90,42 +90,58 @@ async def _head_facts(
 
 async def settle_head(
     services: Services, installation_id: int, repo: str, head_sha: str
-) -> Run | None:
-    """Settle the run that pushed head_sha from the head's check results, if they are final.
+) -> list[Run]:
+    """Settle each run that pushed head_sha from the head's check results, if they are final.
 
-    Without required checks, a head no CI has reported on by the policy's wait is
-    green ("no CI reported"); until then a settlement is scheduled for that moment.
-    A green head is audited first (bot/domain/audit.py): its flags go on the status comments,
-    and where the repository's file says `audit: hold`, they keep it from review.
+    Mostly one run: two issues whose agents pushed byte-identical commits share the
+    head, and each is settled. Without required checks, a head no CI has reported on
+    by the policy's wait is green ("no CI reported"); until then a settlement is
+    scheduled for that moment. A green head is audited first (bot/domain/audit.py):
+    its flags go on the status comments, and where the repository's file says
+    `audit: hold`, they keep it from review. Returns the runs it settled.
     """
-    found = services.store.run_for_head(repo, head_sha)
-    run = services.store.run(*found) if found is not None else None
-    if run is None or not waits_on(run, head_sha):
-        return None  # an older head, or a run that moved on: nothing to settle
-    async with github_app(services.settings, services.store) as app:
+    store = services.store
+    waiting = [
+        run
+        for found in store.runs_for_head(repo, head_sha)
+        if (run := store.run(*found)) is not None and waits_on(run, head_sha)
+    ]
+    if not waiting:
+        return []  # an older head, or runs that moved on: nothing to settle
+    async with github_app(services.settings, store) as app:
         gh = await app.for_installation(installation_id)
-        policy = policy_of(services, run)
-        own_app = await learn_app_id(app, services.store)
-        required = policy.required_checks
-        head = await _head_facts(gh, installation_id, repo, head_sha, required, own_app)
-        verdict = read_head(run, head, policy).verdict
-        audited = await _audited(services, gh, run) if verdict is Verdict.GREEN else Audit()
-        plan = head_settlement(run, head, policy, audited)
-        if plan.run is None:
-            await execute(services, gh, plan.effects)  # pending: a silent head's later look
-            return None
-        settled = services.store.update_run(
-            run.issue,
-            run.attempt,
-            lambda current: head_settlement(current, head, policy, audited).run,
-        )
-        if settled is None:
-            return None  # still pending, settled by someone else, or a newer head took over
-        _record_settlement(services, settled, verdict, audited)
-        await execute(services, gh, plan.effects)
-        if plan.restack is not None:
-            await restack_chain(services, app, settled, plan.restack)  # what is stacked follows
-        return settled
+        own_app = await learn_app_id(app, store)
+        settled = [await _settle_run(services, app, gh, run, own_app) for run in waiting]
+    return [run for run in settled if run is not None]
+
+
+async def _settle_run(
+    services: Services, app: GitHubApp, gh: GitHubClient, run: Run, own_app: int | None
+) -> Run | None:
+    """Settle one run waiting on its head; None while it is pending or settled by another."""
+    assert run.head_sha is not None
+    policy = policy_of(services, run)
+    head = await _head_facts(
+        gh, run.issue.installation_id, run.issue.repo, run.head_sha, policy.required_checks, own_app
+    )
+    verdict = read_head(run, head, policy).verdict
+    audited = await _audited(services, gh, run) if verdict is Verdict.GREEN else Audit()
+    plan = head_settlement(run, head, policy, audited)
+    if plan.run is None:
+        await execute(services, gh, plan.effects)  # pending: a silent head's later look
+        return None
+    settled = services.store.update_run(
+        run.issue,
+        run.attempt,
+        lambda current: head_settlement(current, head, policy, audited).run,
+    )
+    if settled is None:
+        return None  # still pending, settled by someone else, or a newer head took over
+    _record_settlement(services, settled, verdict, audited)
+    await execute(services, gh, plan.effects)
+    if plan.restack is not None:
+        await restack_chain(services, app, settled, plan.restack)  # what is stacked follows
+    return settled
 
 
 def _record_settlement(services: Services, run: Run, verdict: Verdict, audited: Audit) -> None:

@@ -116,16 +116,20 @@ async def handle_rerun(
     Returns the reaction a comment would have had.
     """
     store = services.store
-    found = store.run_for_head(repo, head_sha)
-    if found is None:
+    found = store.runs_for_head(repo, head_sha)
+    if not found:
         log.info("%s: re-run of a check run on %.12s, a head Baton did not push", repo, head_sha)
         return None
     if not store.first_rerun(repo, delivery_id):
         log.info("%s: re-run %s was handled already", repo, delivery_id)
         return None
-    issue = found[0]
+    reaction = None
     with _or_forgotten(lambda: store.forget_rerun(repo, delivery_id)):
-        return await _rerun(services, installation_id, repo, issue, login, kind, delivery_id)
+        for issue, _ in found:  # two issues whose agents pushed the same commit share a head
+            reaction = await _rerun(
+                services, installation_id, repo, issue, login, kind, delivery_id
+            )
+    return reaction
 
 
 async def _rerun(

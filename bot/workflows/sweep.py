@@ -47,15 +47,17 @@ import aiohttp
 from gidgethub import HTTPException, RateLimitExceeded
 
 from bot.domain.classify import RunFacts
-from bot.domain.model import IssueRef, Run, RunState, utcnow
+from bot.domain.model import IssueRef, Labels, Run, RunState, utcnow
 from bot.domain.plans import sweep as plans
 from bot.domain.plans.sweep import (
     ConcludeOrphan,
     EndIssue,
     Failure,
     InFlight,
+    InProgress,
     IssueSeen,
     Outcome,
+    PerformRecovery,
     Queued,
     RateLimited,
     Read,
@@ -67,7 +69,7 @@ from bot.domain.plans.sweep import (
     Step,
     Unreachable,
 )
-from bot.domain.repo_config import CONFIG_PATH, InvalidRepoConfig
+from bot.domain.repo_config import CONFIG_PATH, InvalidRepoConfig, apply_repo_config
 from bot.domain.resources import Repository
 from bot.edges.api import (
     list_installation_repositories,
@@ -79,8 +81,9 @@ from bot.edges.api import (
     read_pull,
 )
 from bot.edges.github import GitHubApp, GitHubClient, github_app
+from bot.ops.metrics import SWEEP_FINDINGS, Tally
 from bot.workflows.conclude import halted_plan, resume
-from bot.workflows.execute import conclude, execute
+from bot.workflows.execute import conclude, execute, recover_owed
 from bot.workflows.labels import recorded_labels
 from bot.workflows.services import Services
 from bot.workflows.settle import (
@@ -106,6 +109,13 @@ class SweepReport:
     def record(self, outcome: Outcome, what: str) -> None:
         """Count an item under an outcome."""
         self.found.setdefault(outcome, []).append(what)
+
+    def tally(self) -> Tally:
+        """Return the pass's findings as /metrics counts them."""
+        tally = Tally()
+        for outcome, items in self.found.items():
+            tally.count(SWEEP_FINDINGS, outcome.value, by=len(items))
+        return tally
 
     def summary(self) -> str:
         """Return one line for the log."""
@@ -140,6 +150,7 @@ async def sweep(services: Services, now: datetime | None = None) -> SweepReport 
             async with _isolated(services, report, "the App's installations"):
                 await _queued_but_idle(services, app, report, now)
         store.mark("sweep", utcnow())
+        store.add_metrics(report.tally())
         log.info("sweep: %s", report.summary())
         return report
     finally:
@@ -207,6 +218,8 @@ async def _settle(services: Services, gh: GitHubClient, settlement: Settlement) 
     match settlement:
         case ConcludeOrphan(run=run):
             return await conclude_orphan(services, gh, run)
+        case PerformRecovery(run=run):
+            return await recover_owed(services, gh, run) is not None
         case SettlePull(issue=issue, pull=pull, merged=merged):
             await settle_pull_closed(services, issue.installation_id, issue.repo, pull, merged)
         case SettleReview(issue=issue, pull=pull):
@@ -266,7 +279,8 @@ async def conclude_orphan(services: Services, gh: GitHubClient, run: Run) -> boo
     """Conclude a live run whose worker died; False if someone concluded it first.
 
     The sweep finds such runs, and so, within seconds of a lapsed claim, does the
-    clock's takeover check (jobs/takeover.py): both end them here, the same way.
+    clock's takeover check (jobs/takeover.py): both end them here, the same way, and
+    perform the recovery of one whose worker died after ending it.
     """
     reason = "the worker running it stopped without finishing it"
 
@@ -279,7 +293,8 @@ async def conclude_orphan(services: Services, gh: GitHubClient, run: Run) -> boo
 
     orphaned = services.store.update_run(run.issue, run.attempt, orphan)
     if orphaned is None:
-        return False
+        # Ended meanwhile; a worker that died in its recovery left that owed.
+        return await recover_owed(services, gh, run) is not None
     log.warning("%s: attempt %d was orphaned: %s", run.issue, run.attempt, reason)
     # Work it pushed (its head, or a checkpoint) survives on the branch for a continuation.
     pushed = orphaned.head_sha or services.store.checkpoint(run.issue, run.attempt)
@@ -334,32 +349,47 @@ async def _idle_in_repo(
     waiting: set[IssueRef],
     report: SweepReport,
 ) -> None:
+    """Look through a repository for issues that wait for Baton, or say Baton is on them."""
     store = services.store
-    queue_label = await _queue_label(gh, services, repo)
-    async for found in list_open_issues(gh, repo.full_name, queue_label):
+    labels = await _repo_labels(gh, services, repo)
+    async for found in list_open_issues(gh, repo.full_name, labels.queue):
         issue = IssueRef(installation_id=installation_id, repo=repo.full_name, number=found.number)
         item = Queued(
             issue=issue,
             found=found,
-            label=queue_label,
+            label=labels.queue,
             waiting=issue in waiting,
             locked=store.lock_holder(issue) is not None,
             run=store.latest_run(issue),
             at=utcnow(),
         )
         await _take(services, gh, report, str(issue), plans.queued(services.settings, item))
+    async for found in list_open_issues(gh, repo.full_name, labels.in_progress):
+        issue = IssueRef(installation_id=installation_id, repo=repo.full_name, number=found.number)
+        shown = InProgress(
+            issue=issue,
+            found=found,
+            labels=store.label_set(issue) or labels,
+            waiting=issue in waiting,
+            locked=store.lock_holder(issue) is not None,
+            chained=store.chain_of(issue) is not None,
+            run=store.latest_run(issue),
+            desired=store.desired_label(issue),
+        )
+        await _take(services, gh, report, str(issue), plans.in_progress(services.settings, shown))
 
 
-async def _queue_label(gh: GitHubClient, services: Services, repo: Repository) -> str:
-    """Return the label that queues the repository's issues: its own, or the deployment's."""
-    name = repo.full_name
+async def _repo_labels(gh: GitHubClient, services: Services, repo: Repository) -> Labels:
+    """Return the labels of the repository's issues: its file's, or the deployment's."""
+    name, settings = repo.full_name, services.settings
     try:
         file = await load_repo_config(gh, services.store, name, repo.default_branch)
     except InvalidRepoConfig:
         # A run started by the deployment's label explains what is wrong with the file.
-        return services.settings.queue_label
+        return settings.labels
     except HTTPException as exc:
-        # One unreadable file does not stop the pass: the label last read will do.
+        # One unreadable file does not stop the pass: the queue label last read will do.
         log.warning("sweep: %s's %s not read (%s)", name, CONFIG_PATH, exc)
-        return services.store.queue_labels().get(name, services.settings.queue_label)
-    return file.config.labels.queue or services.settings.queue_label
+        queue = services.store.queue_labels().get(name, settings.queue_label)
+        return settings.labels.model_copy(update={"queue": queue})
+    return apply_repo_config(settings, file.config).labels

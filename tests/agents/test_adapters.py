@@ -142,7 +142,8 @@ CLAUDE_LIMIT = "You've hit your session limit · resets 7am (America/New_York)"
             "2026-09-14T07:00Z",
         ),
         (CLAUDE_LIMIT, "provider_window", "2026-09-14T11:00Z"),
-        ("5-hour limit reached ∙ resets 2am", "provider_window", "2026-09-15T02:00Z"),
+        # Observed at 03:12: a five-hour window cannot reopen at 2am tomorrow, 23 hours off.
+        ("5-hour limit reached ∙ resets 2am", "provider_credit", None),
         ("5-hour limit reached ∙ resets 3am", "provider_window", "2026-09-14T03:12:40Z"),
         (
             "You've hit your limit · resets 4pm (Asia/Kuala_Lumpur)",

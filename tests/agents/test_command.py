@@ -130,6 +130,30 @@ async def test_result_file_is_authoritative_when_valid(tmp_path: Path) -> None:
     )
 
 
+async def test_a_result_files_claims_are_held_to_what_can_be_true(tmp_path: Path) -> None:
+    """A forged report: a window shut until the year 9000, a cost of minus a trillion."""
+    report = {
+        "status": "failed",
+        "stop_reason": "provider_window",
+        "resets_at": "9000-01-01T00:00:00Z",
+        "cost_usd": -1e12,
+    }
+    command = python(
+        f"import json, os; open(os.environ['BATON_RESULT'], 'w').write({json.dumps(report)!r})"
+    )
+    result = await CommandAdapter(command).run(request_for(tmp_path))
+    assert (result.stop_reason, result.resets_at, result.cost_usd) == (
+        "provider_window",
+        None,
+        None,
+    )
+    said = [line for line in result.evidence if line.startswith("baton:")]
+    assert said == [
+        "baton: a reported cost of -1000000000000.0 USD is not credible",
+        "baton: a usage window said to reopen at 9000-01-01T00:00:00+00:00 is not credible",
+    ]
+
+
 @pytest.mark.parametrize(
     "content",
     [

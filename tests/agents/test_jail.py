@@ -26,6 +26,7 @@ from bot.agents.jail import (
     install_roots,
     masked_in,
     passwd_lines,
+    repo_cache,
     sandbox_problem,
     without_secrets,
 )
@@ -240,6 +241,7 @@ def test_inside_the_jail_only_the_worktree_home_tmp_and_extra_paths_can_be_touch
         home=data / "homes" / "issue-1",
         scratch=data / "runs" / "1" / "jail",
         programs=(sys.executable,),
+        caches_of="o/r",
     )
     assert made is not None
     argv = made.command(
@@ -257,7 +259,12 @@ def test_inside_the_jail_only_the_worktree_home_tmp_and_extra_paths_can_be_touch
     seen = json.loads(done.stdout)
     assert seen["read secret"][0] == "no"
     assert seen["list data"][0] == "no" or "app.pem" not in seen["list data"][1]
-    assert seen["write extra"][0] == "yes" and (extra / "cache").read_text() == "kept"
+    # The cache is written where the agent sees it, in its repository's own part of it.
+    assert (
+        seen["write extra"][0] == "yes"
+        and (repo_cache(extra, "o/r") / "cache").read_text() == "kept"
+    )
+    assert not (extra / "cache").exists() and not (repo_cache(extra, "o/other") / "cache").exists()
     assert seen["write worktree"][0] == "yes" and (worktree / "made-here").exists()
     assert seen["write usr"][0] == "no"
     assert seen["worker environ"][0] == "no"

@@ -91,6 +91,7 @@ C, R, B = FailureClass, Recovery, Budget
             (C.ENV_START_FAILURE, R.BACKOFF, B.NOTHING),
         ),
         (RunFacts(ending="push-failed"), (C.DISPATCH_INFRA, R.BACKOFF, B.NOTHING)),
+        (RunFacts(ending="credential-found"), (C.CREDENTIAL_FOUND, R.ESCALATE, B.NOTHING)),
         (RunFacts(ending="pr-failed"), (C.DISPATCH_INFRA, R.BACKOFF, B.NOTHING)),
         (RunFacts(ending="infra-failed"), (C.DISPATCH_INFRA, R.BACKOFF, B.NOTHING)),
         (RunFacts(ending="stopped"), (C.ADMIN_KILL, R.NONE, B.NOTHING)),
@@ -124,6 +125,7 @@ _ALL_FACTS = (
             "merge-conflict",
             "stopped",
             "push-failed",
+            "credential-found",
             "audit-flagged",
             "interrupted",
         )

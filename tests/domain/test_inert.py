@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bot.domain.budget import Spend
-from bot.domain.inert import JOINER, inert
+from bot.domain.inert import JOINER, inert, no_skip_directives
 from bot.domain.model import AgentResult, IssueRef, Limits, Run, RunState
 from bot.domain.render import (
     REASON_LIMIT,
@@ -24,6 +24,7 @@ from bot.domain.render import (
     pull_status_comment,
     status_comment,
 )
+from bot.sandbox.ci import skips_ci
 from bot.sandbox.references import closing_references, mentions
 
 REPO = "octo/widgets"
@@ -211,3 +212,28 @@ def test_an_escalation_notifies_exactly_the_configured_mentions() -> None:
     )
     assert mentions(comment) == {"octo-lead", "octo/maintainers"}
     assert closing_references(comment, REPO) == set()
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Greet [skip ci]",
+        "Greet [ci skip]",
+        "[no ci] Greet",
+        "Greet [skip actions]",
+        "Greet [actions skip]",
+        "Greet\n\n\nskip-checks:true",
+        "Greet\n\n\nskip-checks: true",
+    ],
+)
+def test_a_skip_directive_in_the_agents_message_asks_github_for_nothing(message: str) -> None:
+    assert skips_ci(message)  # the sandbox, as GitHub, would run no CI for it
+    quiet = no_skip_directives(message)
+    assert not skips_ci(quiet)
+    assert quiet.replace(JOINER, "") == message
+
+
+def test_skip_directives_are_read_widely_and_other_brackets_left_alone() -> None:
+    assert not skips_ci(no_skip_directives("Greet [Skip  CI] and [SKIP-CHECKS]"))
+    assert JOINER in no_skip_directives("[ Skip CI ]")
+    assert no_skip_directives("Fix [docs] and [ci] config") == "Fix [docs] and [ci] config"

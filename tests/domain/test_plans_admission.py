@@ -19,7 +19,15 @@ from bot.domain.effects import (
 )
 from bot.domain.issue_text import IssueText, Snapshot
 from bot.domain.jobs import RunMode, run_issue_job
-from bot.domain.model import Budget, Classification, FailureClass, IssueRef, Recovery, Run
+from bot.domain.model import (
+    Budget,
+    Classification,
+    FailureClass,
+    IssueRef,
+    Recovery,
+    Run,
+    RunState,
+)
 from bot.domain.plans.admission import (
     Admission,
     Admit,
@@ -72,6 +80,8 @@ def concluded(attempt: int) -> Run:
 
 
 LATEST = concluded(2)
+GREEN_LINK = LATEST.model_copy(update={"state": RunState.PUSHED_GREEN, "classification": None})
+UNDER_WAY = LATEST.model_copy(update={"state": RunState.RUNNING, "classification": None})
 
 
 def facts(mode: RunMode = RunMode.FRESH, **fields: object) -> StartFacts:
@@ -146,6 +156,10 @@ F, C, R, CH = RunMode.FRESH, RunMode.CONTINUE, RunMode.RETRY, RunMode.CHAIN
         (SETTINGS, facts(C, open=False), skip(C, "not an open issue")),
         (SETTINGS, facts(carried=frozenset()), skip(F, "it no longer carries baton:queue")),
         (SETTINGS, facts(CH, chain_link=False), skip(CH, "it is no longer a link of a chain")),
+        # A chain's repeated advance, or its start job run twice, starts no link again.
+        (SETTINGS, facts(CH, latest=GREEN_LINK), skip(CH, "the link is green already")),
+        (SETTINGS, facts(CH, latest=UNDER_WAY), skip(CH, "the link is in progress already")),
+        (SETTINGS, facts(CH, latest=LATEST), skip(CH, "the link is in progress already")),
         (
             SETTINGS,
             facts(C, latest=None),

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from bot.domain.classify import RunFacts, classify
-from bot.domain.model import AgentResult, FailureClass, RunState
-from bot.domain.plans.ending import End, after_agent, ended
+from bot.domain.model import AgentResult, FailureClass, IssueRef, PendingPull, Run, RunState
+from bot.domain.plans.ending import PULL_TRIES, End, after_agent, ended, put_off, with_pull
+from bot.domain.plans.settlement import pushed_at, waits_on
 
 NOW = datetime(2026, 12, 1, 6, tzinfo=UTC)
 RESET = datetime(2026, 12, 1, 7, tzinfo=UTC)
@@ -175,3 +176,64 @@ def test_other_endings_classify_by_how_they_ended(end: End, failure_class: Failu
 def test_commits_that_change_nothing_classify_as_no_change() -> None:
     end = after_agent(agent(), 2, False)
     assert end is not None and classify(end.facts).failure_class is FailureClass.NO_CHANGE
+
+
+# A pull request GitHub would not open yet ---------------------------------------------
+
+ISSUE = IssueRef(installation_id=1, repo="octo/repo", number=7)
+WAIT_ENDS = datetime(2026, 12, 1, 8, tzinfo=UTC)
+
+
+def running() -> Run:
+    claimed = Run.claimed(ISSUE, 1, "baton/7-fix", NOW)
+    return claimed.moved(RunState.RUNNING, NOW).model_copy(
+        update={"head_sha": "a" * 40, "agent_result": agent(result_text="done")}
+    )
+
+
+def test_a_secondary_limit_puts_the_pull_request_off_until_the_wait_ends() -> None:
+    put = put_off(running(), "GitHub asked Baton to wait", NOW, draft=True, until=WAIT_ENDS)
+    assert isinstance(put, Run) and put.state is RunState.PUSHED_PENDING
+    assert put.pull_pending == PendingPull(
+        at=WAIT_ENDS, draft=True, tries=0, why="GitHub asked Baton to wait"
+    )
+    again = put_off(put, "GitHub asked Baton to wait", NOW, draft=True, until=WAIT_ENDS)
+    assert isinstance(again, Run) and again.pull_pending is not None
+    assert again.pull_pending.tries == 0, "a wait GitHub asked for is no failure"
+    assert len(again.history) == len(put.history), "put off again, it moves nowhere"
+
+
+def test_server_errors_put_the_pull_request_off_ever_longer_then_end_the_attempt() -> None:
+    run: Run | End = running()
+    waits = []
+    for _ in range(PULL_TRIES - 1):
+        assert isinstance(run, Run)
+        run = put_off(run, "GitHub answered 502", NOW, draft=False)
+        assert isinstance(run, Run) and run.pull_pending is not None
+        waits.append((run.pull_pending.at - NOW).total_seconds())
+    assert waits == [60, 120, 240, 480]
+    assert isinstance(run, Run)
+    end = put_off(run, "GitHub answered 502", NOW, draft=False)
+    assert isinstance(end, End) and end.state is RunState.FAILED
+    assert end.facts.ending == "pr-failed"
+    assert end.reason == "opening the pull request failed 5 times: GitHub answered 502"
+    assert classify(end.facts).failure_class is FailureClass.DISPATCH_INFRA
+
+
+def test_the_pull_request_that_opens_is_recorded_once_and_its_checks_wait_from_then() -> None:
+    put = put_off(running(), "GitHub asked Baton to wait", NOW, draft=False, until=WAIT_ENDS)
+    assert isinstance(put, Run)
+    opened = with_pull(put, 12, "https://github.test/octo/repo/pull/12", WAIT_ENDS)
+    assert opened is not None and opened.pull_pending is None
+    assert (opened.pr_number, opened.state) == (12, RunState.PUSHED_PENDING)
+    assert pushed_at(opened) == WAIT_ENDS
+    assert with_pull(opened, 13, "https://github.test/octo/repo/pull/13", WAIT_ENDS) is None
+    assert with_pull(running(), 12, "https://github.test/octo/repo/pull/12", NOW) is None
+
+
+def test_a_head_whose_pull_request_is_put_off_waits_on_no_check() -> None:
+    put = put_off(running(), "GitHub asked Baton to wait", NOW, draft=False, until=WAIT_ENDS)
+    assert isinstance(put, Run)
+    assert not waits_on(put, "a" * 40)
+    opened = with_pull(put, 12, "https://github.test/octo/repo/pull/12", WAIT_ENDS)
+    assert opened is not None and waits_on(opened, "a" * 40)

@@ -10,19 +10,22 @@ from typing import Any
 import pytest
 
 import bot.domain.plans.sweep
-from bot.domain.effects import Enqueue, MarkReady, Relabel, SettleHead
+from bot.domain.effects import Enqueue, MarkReady, PostStatus, Relabel, SetLabel, SettleHead
 from bot.domain.issue_text import snapshot
-from bot.domain.jobs import queue_chain_job, run_issue_job
-from bot.domain.model import IssueRef, Labels, Run, RunState
+from bot.domain.jobs import open_pull_job, queue_chain_job, run_issue_job
+from bot.domain.model import IssueRef, Labels, PendingPull, Run, RunState
 from bot.domain.pacing import RateBudget
+from bot.domain.plans.recovery import follow_up_job
 from bot.domain.plans.sweep import (
     NOTHING,
     ConcludeOrphan,
     EndIssue,
     Failure,
     InFlight,
+    InProgress,
     IssueSeen,
     Outcome,
+    PerformRecovery,
     Queued,
     RateLimited,
     Read,
@@ -34,9 +37,11 @@ from bot.domain.plans.sweep import (
     Unreachable,
     failed,
     in_flight,
+    in_progress,
     installation,
     queued,
 )
+from bot.domain.render import no_record_comment
 from bot.domain.resources import BranchRef, Installation, Issue, Label, PullRequest, Review, User
 from bot.ops.settings import Settings
 
@@ -124,10 +129,31 @@ RELABEL = Step(
 )
 CLOSED = Step(outcome=Outcome.SETTLED, settlement=SettleIssueClosed(issue=ISSUE))
 READ_ISSUE = Step(read=Read.ISSUE)
+PUT_OFF = run(RunState.PUSHED_PENDING, pr=None).model_copy(
+    update={"pull_pending": PendingPull(at=READ_AT, draft=False, why="GitHub asked Baton to wait")}
+)
 
+
+OWED = run(RunState.FAILED).model_copy(update={"recovery_owed": True})
 
 IN_FLIGHT = {
     # From Baton's records alone, before GitHub is asked anything.
+    "a run whose recovery was cut short has it performed": (
+        InFlight(run=OWED, locked=False),
+        Step(outcome=Outcome.RECOVERED, settlement=PerformRecovery(run=OWED)),
+    ),
+    "one whose recovery a worker is performing is left to it": (
+        InFlight(run=OWED, locked=True),
+        Step(read=Read.ISSUE),
+    ),
+    "a pushed head whose pull request GitHub put off has its opening scheduled again": (
+        InFlight(run=PUT_OFF, locked=False),
+        Step(
+            outcome=Outcome.OPENING,
+            effects=(Enqueue(job=open_pull_job(ISSUE, 2), at=READ_AT),),
+            read=Read.ISSUE,
+        ),
+    ),
     "a live run nobody holds was orphaned by its worker": (
         InFlight(run=run(RunState.RUNNING), locked=False),
         Step(outcome=Outcome.ORPHANED, settlement=ConcludeOrphan(run=run(RunState.RUNNING))),
@@ -376,6 +402,68 @@ def test_a_queued_issue_is_picked_up_only_when_nothing_works_on_or_waits_for_it(
     item: Queued, step: Step
 ) -> None:
     assert queued(SETTINGS, item) == step
+
+
+def shown(
+    latest: Run | None = None,
+    desired: str | None = LABELS.in_progress,
+    **facts: bool,
+) -> InProgress:
+    return InProgress(
+        issue=ISSUE,
+        found=issue(LABELS.in_progress, "bug"),
+        labels=LABELS,
+        waiting=facts.get("waiting", False),
+        locked=facts.get("locked", False),
+        chained=facts.get("chained", False),
+        run=latest,
+        desired=desired,
+    )
+
+
+SHOWN_LIVE = frozenset({LABELS.in_progress, "bug"})
+IN_PROGRESS = {
+    "an issue Baton holds no run of is handed back, not started": (
+        shown(),
+        Step(
+            outcome=Outcome.STUCK,
+            effects=(
+                SetLabel(issue=ISSUE, labels=LABELS, label=None, live=SHOWN_LIVE),
+                PostStatus(issue=ISSUE, body=no_record_comment(LABELS.in_progress, LABELS.queue)),
+            ),
+            note=f"{ISSUE} carries baton:in-progress and Baton holds no run of it: handed back",
+        ),
+    ),
+    "an ended run's next attempt, planned and lost, is scheduled again": (
+        shown(run(RunState.FAILED)),
+        Step(
+            outcome=Outcome.STUCK,
+            effects=(Enqueue(job=follow_up_job(SETTINGS, ISSUE, 2)),),
+            note=f"{ISSUE}'s attempt after 2 was planned and lost: scheduled again",
+        ),
+    ),
+    "labels that outlived an ended run are set back to it": (
+        shown(run(RunState.MERGED), desired=None),
+        Step(
+            outcome=Outcome.STUCK,
+            effects=(Relabel(issue=ISSUE, labels=LABELS, live=SHOWN_LIVE),),
+            note=f"{ISSUE} kept baton:in-progress after attempt 2 ended: labels set back",
+        ),
+    ),
+    "one a job is due for": (shown(waiting=True), NOTHING),
+    "one a worker holds": (shown(locked=True), NOTHING),
+    "a chain's link, which its chain starts": (shown(chained=True), NOTHING),
+    "one whose run is live": (shown(run(RunState.RUNNING)), NOTHING),
+    "one whose pushed run waits for its checks": (shown(run(RunState.PUSHED_PENDING)), NOTHING),
+    "one whose run is owed its recovery": (shown(OWED), NOTHING),
+}
+
+
+@pytest.mark.parametrize(("item", "step"), IN_PROGRESS.values(), ids=IN_PROGRESS.keys())
+def test_an_issue_shown_in_progress_with_nothing_working_on_it_is_set_right(
+    item: InProgress, step: Step
+) -> None:
+    assert in_progress(SETTINGS, item) == step
 
 
 NOW = 1_800_000_000.0

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from bot.domain import render
 from bot.domain.budget import Spend
-from bot.domain.model import AgentResult, IssueRef, Limits, Run, RunState, utcnow
+from bot.domain.model import AgentResult, IssueRef, Limits, PendingPull, Run, RunState, utcnow
 
 ISSUE = IssueRef(installation_id=1, repo="octo/widgets", number=7)
 TRANSCRIPT = Path("/var/lib/baton/runs/octo/widgets/7/1/transcript.log")
@@ -186,3 +187,15 @@ def test_a_check_run_text_is_cut_to_github_s_limit_in_bytes_on_a_character_bound
     assert "the rest is in" in fitted
     short = "é" * 100
     assert render.fit_utf8(short, 65535, pointer=POINTER, what="This summary") == short
+
+
+def test_a_put_off_pull_request_says_when_it_opens_and_why() -> None:
+    at = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
+    issue = IssueRef(installation_id=1, repo="octo/repo", number=7)
+    run = Run.claimed(issue, 1, "baton/7-fix", at).moved(RunState.PUSHED_PENDING, at)
+    pending = PendingPull(at=at, draft=False, why="GitHub asked Baton to wait")
+    put_off = run.model_copy(update={"pull_pending": pending})
+    text = render.status_comment(put_off, at)
+    assert "it opens at 09:30 UTC (GitHub asked Baton to wait)" in text
+    assert "Pull request opened" not in text
+    assert render.status_key(put_off, None, None) != render.status_key(run, None, None)

@@ -484,6 +484,7 @@ def test_a_fractional_limit_is_named_as_written() -> None:
     )
 
 
+WITH_COMMAND = {"BATON_AGENTS": "claude,command", "BATON_AGENT_COMMAND": "ops-agent"}
 COMMANDS = [
     ("agent.adapter", RepoConfig(agent=AgentConfig(adapter="command"))),
     ("agent.command", RepoConfig(agent=AgentConfig(command="my-agent --fast"))),
@@ -495,21 +496,22 @@ COMMANDS = [
 def test_repository_commands_are_refused_unless_the_deployment_allows_them(
     key: str, config: RepoConfig
 ) -> None:
-    refused = deployment()  # a claude deployment; commands off by default
+    # A claude deployment that offers a command agent too; commands off by default.
+    refused = deployment(**WITH_COMMAND)
     assert check_repo_limits(refused, config) == [
         ConfigProblem(
             key, "repository commands are off on this deployment (`BATON_ALLOW_REPO_COMMANDS`)"
         )
     ]
     applied = apply_repo_config(refused, config)
-    assert (applied.agent, applied.agent_command) == ("claude", None)
+    assert (applied.agent, applied.agent_command) == ("claude", "ops-agent")
     assert applied.policy.account == "claude"
-    allowed = deployment(BATON_ALLOW_REPO_COMMANDS="true")
+    allowed = deployment(**WITH_COMMAND, BATON_ALLOW_REPO_COMMANDS="true")
     assert check_repo_limits(allowed, config) == []
 
 
 def test_allowed_repository_commands_are_applied() -> None:
-    allowed = deployment(BATON_ALLOW_REPO_COMMANDS="true")
+    allowed = deployment(**WITH_COMMAND, BATON_ALLOW_REPO_COMMANDS="true")
     config = RepoConfig(agent=AgentConfig(adapter="command", command="my-agent --fast"))
     applied = apply_repo_config(allowed, config)
     assert (applied.agent, applied.agent_command) == ("command", "my-agent --fast")
@@ -576,6 +578,9 @@ def test_key_lines_gives_each_dotted_key_its_line() -> None:
     assert key_lines("a: [\n") == {}
 
 
+CODEX_TOO = {"BATON_AGENTS": "claude,codex"}
+
+
 @pytest.mark.parametrize(
     ("agent", "env", "account"),
     [
@@ -589,7 +594,7 @@ def test_key_lines_gives_each_dotted_key_its_line() -> None:
 def test_the_provider_account_follows_the_adapter_unless_named(
     agent: AgentConfig, env: dict[str, str], account: str
 ) -> None:
-    settings = apply_repo_config(deployment(**env), RepoConfig(agent=agent))
+    settings = apply_repo_config(deployment(**env, **CODEX_TOO), RepoConfig(agent=agent))
     assert settings.policy.account == account
 
 
@@ -606,9 +611,21 @@ def test_the_deployments_model_is_its_own_agents_only(
     agent: AgentConfig, model: str | None
 ) -> None:
     settings = apply_repo_config(
-        deployment(BATON_AGENT_MODEL="claude-opus-4-1"), RepoConfig(agent=agent)
+        deployment(BATON_AGENT_MODEL="claude-opus-4-1", **CODEX_TOO), RepoConfig(agent=agent)
     )
     assert settings.agent_model == model
+
+
+def test_a_file_may_choose_only_an_agent_the_deployment_runs() -> None:
+    """`adapter: aider` where BATON_AGENTS is claude: its model would pick the proxy's host."""
+    config = RepoConfig(agent=AgentConfig(adapter="aider", model="attacker/model"))
+    assert check_repo_limits(deployment(), config) == [
+        ConfigProblem(
+            "agent.adapter",
+            "asks for `aider`, which this deployment does not run (`BATON_AGENTS`: claude)",
+        )
+    ]
+    assert apply_repo_config(deployment(), config).agent == "claude"
 
 
 def test_a_repository_s_labels_replace_the_deployment_s_one_by_one() -> None:

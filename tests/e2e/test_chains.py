@@ -7,8 +7,11 @@ from typing import Any
 from bot.devkit.devstack import LocalBaton
 from bot.devkit.maintainer import Maintainer, eventually
 from bot.domain.chains import STACK_MARKER
+from bot.domain.jobs import RunMode, run_issue_job
 from bot.domain.model import IssueRef, Run, RunState
+from bot.edges.queue import Dispatcher
 from bot.edges.store import Store
+from bot.ops.settings import Settings
 from tests.e2e.test_loop import (  # a stack of its own, declared as test_e2e.py's is
     STACK,
     _attempt_state,
@@ -282,3 +285,40 @@ async def test_a_chain_whose_links_get_no_checks_completes(
         await eventually(
             lambda number=number: run_state(store, repo, number, RunState.MERGED), "the merge", 30
         )
+
+
+async def test_links_queued_at_once_each_run_once_however_often_the_chain_advances(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """Queue two issues together, the second `Depends on` the first: one run each.
+
+    The chain's advances repeat (each link's label, head and settlement moves it), and
+    a start job can run twice: a link that is under way or green never starts again.
+    """
+    repo = await new_repo(maintainer, stack, FILES)
+    first = await queued_issue(maintainer, repo, "The base", "agent: write one.txt 1")
+    second = await queued_issue(
+        maintainer, repo, "On top", f"Depends on #{first}\n\nagent: write two.txt 2"
+    )
+    await green(store, repo, first)
+    await green(store, repo, second)
+    chain = store.chain_of(IssueRef(installation_id=1, repo=repo, number=second))
+    assert chain is not None
+    settings = Settings(REDIS_URL=stack.redis_url, BATON_AGENT="command")
+    dispatch = Dispatcher.from_url(stack.redis_url, settings)
+    key = f"{chain.head}-{chain.generation}"
+    for number in (first, second):  # each link's start job, run again
+        dispatch.enqueue([run_issue_job(settings, chain.issue(number), key, RunMode.CHAIN)])
+    for n in range(3):  # and the chain advanced again and again
+        dispatch.advance_chain(chain, f"again-{n}")
+    await eventually(lambda: _queues_drained(dispatch), "the repeated jobs done", 30)
+    for number in (first, second):
+        runs = store.runs(IssueRef(installation_id=1, repo=repo, number=number))
+        assert [(r.attempt, r.state) for r in runs] == [(1, RunState.PUSHED_GREEN)]
+
+
+async def _queues_drained(dispatch: Dispatcher) -> bool:
+    return all(
+        queue.count == 0 and queue.started_job_registry.count == 0
+        for queue in dispatch.queues.values()
+    )

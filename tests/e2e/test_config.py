@@ -7,7 +7,7 @@ import asyncio
 
 from bot.devkit.devstack import LocalBaton
 from bot.devkit.maintainer import Maintainer, eventually
-from bot.domain.model import RunState
+from bot.domain.model import Run, RunState
 from bot.edges.store import Store
 from bot.web.app import QUEUE_LABELS_REFRESH_S
 from tests.e2e.test_loop import (  # maintainer and store act on this module's own stack
@@ -231,5 +231,50 @@ async def test_an_agent_outliving_its_token_still_opens_its_pull_request(
     assert green.attempt == 1, "the first attempt opened the PR"
     [pull] = await maintainer.pulls(repo)
     assert f"#{number}" in pull["body"]
+    said = " ".join(comment["body"] for comment in await baton_comments(maintainer, repo, number))
+    assert "failed" not in said
+
+
+async def test_a_pull_request_github_puts_off_opens_when_the_wait_ends_without_a_second_run(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """GitHub answers opening the PR with a secondary rate limit asking for 35 s, longer
+    than a job holds its worker. The pushed head is kept, the PR opens once the wait has
+    passed, and the agent never runs again for it. Mirrors
+    https://docs.github.com/en/rest/using-the-rest-api/rate-limits-for-the-rest-api#exceeding-the-rate-limit
+    ("If the retry-after response header is present, you should not retry your request
+    until after that many seconds has elapsed").
+    """
+    repo = await new_repo(maintainer, stack, PROJECT)
+    await maintainer.gh.post(
+        "/_sandbox/faults",
+        data={
+            "method": "POST",
+            "path": f"^/repos/{repo}/pulls$",
+            "status": 403,
+            "retry_after": 35,
+            "count": 1,
+        },
+    )
+    try:
+        number = await queued_issue(maintainer, repo, "Greet", GREETING_FIX)
+
+        async def put_off() -> Run | None:
+            run = latest_run(store, repo, number)
+            return run if run is not None and run.pull_pending is not None else None
+
+        pending = await eventually(put_off, "the pushed run with its PR put off", 60)
+        assert pending.state is RunState.PUSHED_PENDING and pending.pr_number is None
+        assert await maintainer.pulls(repo) == []
+        green = await eventually(
+            lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "a green run", 120
+        )
+    finally:
+        await maintainer.gh.delete("/_sandbox/faults")
+    assert green.attempt == 1 and green.pull_pending is None, "the one attempt opened the PR"
+    assert green.head_sha == pending.head_sha
+    [pull] = await maintainer.pulls(repo)
+    assert pull["number"] == green.pr_number
+    assert len(store.runs(green.issue)) == 1
     said = " ".join(comment["body"] for comment in await baton_comments(maintainer, repo, number))
     assert "failed" not in said

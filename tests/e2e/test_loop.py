@@ -15,13 +15,13 @@ from typing import Any
 
 import aiohttp
 import pytest
-from gidgethub import GitHubBroken
+from gidgethub import BadRequest, GitHubBroken
 from playwright.async_api import Browser, async_playwright, expect
 
 from bot.devkit.devstack import LocalBaton, start_redis_server
 from bot.devkit.maintainer import Maintainer, eventually
 from bot.domain.jobs import AGENTS, EVENTS
-from bot.domain.model import IssueRef, Run, RunState
+from bot.domain.model import IssueRef, Run, RunState, utcnow
 from bot.domain.render import STATUS_MARKER
 from bot.edges.store import Store
 from tests.claude_stream import DENIED, claude_code_said
@@ -701,18 +701,27 @@ async def test_a_usage_window_halts_the_issue_and_it_resumes_at_the_reset(
 async def test_a_usage_window_holds_the_accounts_queue_instead_of_failing_it_in_a_cascade(
     stack: LocalBaton, maintainer: Maintainer, store: Store
 ) -> None:
+    """A run's window is its agent's word: alone it halts its own issue; a second issue's
+    agent saying the same shuts the account, and its queue waits instead of failing."""
     repo = await new_repo(maintainer, stack)
-    first = await queued_issue(
-        maintainer,
-        repo,
-        "Meets the window",
-        "agent@1: write greeting.txt hel\nagent@1: window 8\nagent@2: write greeting.txt hello",
-    )
+    meets = "agent@1: write greeting.txt hel\nagent@1: window 20\nagent@2: write greeting.txt hello"
+    first = await queued_issue(maintainer, repo, "Meets the window", meets)
     halted = await eventually(
         lambda: run_state(store, repo, first, RunState.HALTED), "the first issue halting", 30
     )
     assert halted.resume_at is not None
-    # The account's window is closed: what is queued now waits for it, unstarted.
+    assert store.window_reopens_at("command", utcnow()) is None  # one agent's claim
+    honest = await queued_issue(maintainer, repo, "Another issue, meanwhile", GREETING_FIX)
+    await eventually(
+        lambda: run_state(store, repo, honest, RunState.PUSHED_GREEN), "the other issue green", 30
+    )
+    second = await queued_issue(maintainer, repo, "Meets it too", meets)
+    await eventually(
+        lambda: run_state(store, repo, second, RunState.HALTED), "the second issue halting", 30
+    )
+    shut = store.window_reopens_at("command", utcnow())
+    assert shut is not None and shut.timestamp() <= halted.resume_at.timestamp() + 0.001
+    # The account's window is confirmed shut: what is queued now waits for it, unstarted.
     waiting = [
         await queued_issue(maintainer, repo, f"Queued behind the window {n}", GREETING_FIX)
         for n in (1, 2)
@@ -726,7 +735,7 @@ async def test_a_usage_window_holds_the_accounts_queue_instead_of_failing_it_in_
         assert "`command`" in comment["body"] and "nothing was spent" in comment["body"]
         assert latest_run(store, repo, number) is None
         assert "baton:queue" in await maintainer.labels(repo, number)
-    for number in (first, *waiting):
+    for number in (first, second, *waiting):
         await eventually(
             lambda number=number: run_state(store, repo, number, RunState.PUSHED_GREEN),
             "every issue of the account going green after the reset",
@@ -734,9 +743,10 @@ async def test_a_usage_window_holds_the_accounts_queue_instead_of_failing_it_in_
         )
     runs = [store.runs(IssueRef(installation_id=1, repo=repo, number=n)) for n in waiting]
     assert [[run.attempt for run in issue_runs] for issue_runs in runs] == [[1], [1]]
-    assert all(issue_runs[0].started_at >= halted.resume_at for issue_runs in runs)
-    halts = [r for r in store.runs(IssueRef(installation_id=1, repo=repo, number=first))]
-    assert [r.failure_class for r in halts] == ["provider-window", None]
+    assert all(issue_runs[0].started_at >= shut for issue_runs in runs)
+    for number in (first, second):
+        halts = store.runs(IssueRef(installation_id=1, repo=repo, number=number))
+        assert [r.failure_class for r in halts] == ["provider-window", None]
     assert store.waits() == []
 
 
@@ -804,6 +814,8 @@ async def test_a_halt_survives_stopping_every_process_and_redis(tmp_path: Path) 
                 lambda: run_state(store, repo, number, RunState.HALTED), "the halt", 30
             )
             await eventually(lambda: _unlocked(store, issue), "the halted job releasing its lock")
+            halted = latest_run(store, repo, number)  # as its job left it: its recovery done
+            assert halted is not None and not halted.recovery_owed
             # Everything of Baton's goes down, then Redis; GitHub (the sandbox) stays up.
             for name, process in rebooted.processes.items():
                 if name != "sandbox":
@@ -994,3 +1006,77 @@ async def test_the_status_page_shows_a_green_run_and_its_pull_request_in_a_brows
     assert refused is not None and refused.status == 401
     await expect(stranger.locator("body")).to_contain_text("/status?token=<token>")
     await expect(stranger.locator("body")).not_to_contain_text(repo)
+
+
+async def test_an_agents_skip_directive_skips_no_ci(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """Mirrors https://docs.github.com/en/actions/managing-workflow-runs-and-deployments/managing-workflow-runs/skipping-workflow-runs:
+    `[skip ci]` in a pushed head's message runs no workflow, and with no CI reported a
+    head counts as green. The agent's message is made to ask for nothing: CI runs, fails."""
+    repo = await new_repo(maintainer, stack)
+    body = (
+        "agent@1: write greeting.txt hel\nagent@1: commit Greet [skip ci]\n"
+        "agent@2: write greeting.txt hello"
+    )
+    number = await queued_issue(maintainer, repo, "Skips its checks", body)
+    await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "attempt 2 green", 90
+    )
+    first = store.run(IssueRef(installation_id=1, repo=repo, number=number), 1)
+    assert first is not None and first.failure_class == "checks-failed"
+
+
+AWS_KEY = "AKIAIOSFODNN7EXAMPLE"  # the format AWS documents; detect-secrets knows it
+
+
+async def test_work_that_carries_a_credential_is_never_pushed_and_escalates_once(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """An injected agent commits a key it found: a push would publish it for good."""
+    repo = await new_repo(maintainer, stack)
+    body = f"agent: write greeting.txt hello\nagent: write deploy/settings.py KEY = '{AWS_KEY}'\n"
+    number = await queued_issue(maintainer, repo, "Carries a key", body)
+    # The status comment may say why before the escalation is posted: wait for the one.
+    comment = await eventually(
+        lambda: _comment_saying(maintainer, repo, number, "stopped working"),
+        "the escalation",
+        60,
+    )
+    assert "carry a credential" in comment["body"]
+    assert "`deploy/settings.py` line 1: AWS Access Key" in comment["body"], comment["body"][:900]
+    assert AWS_KEY not in comment["body"]
+    run = latest_run(store, repo, number)
+    assert run is not None and run.failure_class == "credential-found"
+    await eventually(
+        lambda: _labels_are(maintainer, repo, number, {"baton:escalated"}), "the escalated label"
+    )
+    with pytest.raises(BadRequest) as missing:  # nothing of the attempt left the machine
+        await maintainer.gh.getitem(
+            "/repos/{+repo}/branches/{+branch}", {"repo": repo, "branch": run.branch}
+        )
+    assert missing.value.status_code == 404
+    assert (
+        len(
+            [
+                c
+                for c in await baton_comments(maintainer, repo, number)
+                if "stopped working" in c["body"]
+            ]
+        )
+        == 1
+    )
+
+
+async def test_the_agents_report_reaches_its_pull_request_with_credentials_masked(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack)
+    body = f"{GREETING_FIX}\nagent: say Greeted. The deploy key was {AWS_KEY}, I left it alone."
+    number = await queued_issue(maintainer, repo, "Reports a key", body)
+    run = await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the run going green", 60
+    )
+    pull = next(p for p in await maintainer.pulls(repo) if p["number"] == run.pr_number)
+    assert "The deploy key was ***, I left it alone." in pull["body"]
+    assert AWS_KEY not in pull["body"]

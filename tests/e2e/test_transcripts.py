@@ -32,6 +32,7 @@ STACK = StackSpec(
     database=15, env={"BATON_OPERATOR_TOKEN": OPERATOR_TOKEN}, machines=True, workers=1
 )
 PROVIDER_KEY = "sk-ant-api03-" + "e2eKeyNeverShown" * 3
+CLIPBOARD = "\x1b]52;c;b3duZWQ=\x07"  # OSC 52: a terminal that obeys it sets the clipboard
 
 
 def transcript_command(
@@ -55,6 +56,7 @@ async def test_a_transcript_is_read_on_machines_other_than_the_one_that_ran_it(
     repo = await new_repo(maintainer, stack)
     body = (
         f"{GREETING_FIX}\n{claude_code_said()}\nagent: say export ANTHROPIC_API_KEY={PROVIDER_KEY}"
+        f"\nagent: say {CLIPBOARD}"
     )
     number = await queued_issue(maintainer, repo, "Greet, and try something refused", body)
     issue = IssueRef(installation_id=1, repo=repo, number=number)
@@ -87,7 +89,11 @@ async def test_a_transcript_is_read_on_machines_other_than_the_one_that_ran_it(
 
     printed = transcript_command(stack, tmp_path / "elsewhere", f"{repo}#{number}")
     assert printed.returncode == 0, printed.stderr
-    assert printed.stdout == kept
+    # What the agent printed is shown, never obeyed: no escape reaches the terminal.
+    assert CLIPBOARD in kept and "\x1b" not in printed.stdout
+    assert printed.stdout == kept.replace(CLIPBOARD, "\\x1b]52;c;b3duZWQ=\\x07")
+    raw = transcript_command(stack, tmp_path / "elsewhere", f"{repo}#{number}", "--raw")
+    assert raw.stdout == kept
     assert printed.stderr.startswith(f"{repo}#{number} attempt 1 (command, ")
     missing = transcript_command(
         stack, tmp_path / "elsewhere", f"{repo}#{number}", "--attempt", "7"

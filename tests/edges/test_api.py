@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
@@ -28,6 +29,7 @@ from bot.devkit.maintainer import Maintainer, eventually
 from bot.domain.check_run import CheckPhase, CheckRunView
 from bot.domain.manifest import load_manifest
 from bot.domain.model import IssueRef
+from bot.domain.plans.redelivery import HookDelivery
 from bot.domain.resources import (
     CommitStatus,
     DiffFile,
@@ -41,6 +43,7 @@ from bot.edges.store import Store
 from bot.ops.metrics import Tally
 from bot.ops.settings import Settings
 from bot.sandbox.auth import APP_CLIENT_ID
+from tests.sandbox.test_deliveries import HOOK_DELIVERY_FIELDS
 from tests.sandbox.test_git_backend import allow_null_in_nullable_enums
 from tests.support import GITHUB_FIXTURES
 
@@ -57,6 +60,9 @@ FACADE = {
     and function.__module__ == api.__name__
 }
 SCHEMAS = "#/components/schemas/"
+CONTENTS = ("GET", "/repos/{owner}/{repo}/contents/{path}")
+WORKFLOW = "on: push\njobs:\n  test:\n    runs-on: ubuntu-latest\n"
+
 # Operations Baton calls that the subset of GitHub's description leaves out. Each answer
 # is held to the schema GitHub documents it with, where the subset has that schema.
 UNDESCRIBED: dict[tuple[str, str], dict[str, Any] | None] = {
@@ -86,6 +92,25 @@ UNDESCRIBED: dict[tuple[str, str], dict[str, Any] | None] = {
         "type": "object",
         "properties": {"message": {"type": "string"}, "url": {"type": "string"}},
     },
+    # GitHub's hook-delivery-item, required fields as its REST reference lists them.
+    ("GET", "/app/hook/deliveries"): {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "required": list(HOOK_DELIVERY_FIELDS),
+            "properties": {
+                "id": {"type": "integer"},
+                "guid": {"type": "string"},
+                "delivered_at": {"type": "string", "format": "date-time"},
+                "redelivery": {"type": "boolean"},
+                "status_code": {"type": "integer"},
+                "event": {"type": "string"},
+                "action": {"type": "string", "nullable": True},
+            },
+        },
+    },
+    # 202 Accepted, with an empty object.
+    ("POST", "/app/hook/deliveries/{delivery_id}/attempts"): {"type": "object"},
 }
 
 
@@ -159,6 +184,12 @@ class Description:
         if exchange.status == 304:
             return operation  # a conditional read, unchanged: its answer was validated before
         answer = json.loads(exchange.answer)
+        if operation == CONTENTS and isinstance(answer, list):
+            # A directory: the description's oneOf of an array and objects, which
+            # openapi-core reads as objects alone, so its array is held to it here.
+            directory = {"$ref": SCHEMAS + "content-directory"}
+            OAS30Validator({**directory, "components": self.spec["components"]}).validate(answer)
+            return operation
         if operation in UNDESCRIBED:
             schema = UNDESCRIBED[operation]
             if schema is not None:
@@ -218,6 +249,21 @@ async def manifest_code(session: aiohttp.ClientSession, url: str) -> str:
         return dict(parse_qsl(urlsplit(reply.headers["Location"]).query))["code"]
 
 
+async def _labelled_delivery(
+    call: FacadeCaller, as_app: GitHubClient, redelivery: bool = False
+) -> HookDelivery | None:
+    """Return the newest delivery of the issue's labeling, first or again, if made yet."""
+    deliveries = await call(api.recent_deliveries, as_app, datetime.now(UTC), timedelta(hours=1))
+    return next(
+        (
+            d
+            for d in deliveries
+            if (d.event, d.action, d.redelivery) == ("issues", "labeled", redelivery)
+        ),
+        None,
+    )
+
+
 async def completed_suite(maintainer: Maintainer, sha: str) -> bool:
     found = await maintainer.gh.getitem(
         "/repos/{+repo}/commits/{sha}/check-suites", {"repo": REPO, "sha": sha}
@@ -236,7 +282,13 @@ async def test_every_facade_call_reads_a_typed_resource_github_describes(
     exchanges: list[Exchange],
     tmp_path: Path,
 ) -> None:
-    files = {"README.md": "# widgets\n", ".github/baton.yml": CONFIG, ".sandbox/ci": CI_PASS}
+    files = {
+        "README.md": "# widgets\n",
+        ".github/baton.yml": CONFIG,
+        ".github/workflows/ci.yml": WORKFLOW,
+        ".github/workflows/notes.txt": "not a workflow\n",
+        ".sandbox/ci": CI_PASS,
+    }
     await maintainer.create_repo("widgets", files, tmp_path)
     opened = await maintainer.open_issue(REPO, "Fix the widget", "It wobbles.")
     number = int(opened["number"])
@@ -260,6 +312,12 @@ async def test_every_facade_call_reads_a_typed_resource_github_describes(
     assert (first.id, first.account.login, first.suspended_at) == (1, "maintainer", None)
     assert [i.id for i in await call(api.list_installations, as_app)] == [1]
     token = await call(api.create_installation_token, as_app, 1)
+    # The test's sandbox has no webhook URL: GitHub records each delivery, answered by no one.
+    labelled = await eventually(lambda: _labelled_delivery(call, as_app), "the label's delivery")
+    assert (labelled.redelivery, labelled.succeeded) == (False, False)
+    await call(api.redeliver, as_app, labelled.id)
+    again = await eventually(lambda: _labelled_delivery(call, as_app, True), "the redelivery")
+    assert (again.guid, again.id > labelled.id) == (labelled.guid, True)
     assert token.permissions == load_manifest().default_permissions
     repos = await call(api.list_installation_repositories, gh)
     assert [(r.full_name, r.default_branch) for r in repos] == [(REPO, "main")]
@@ -330,6 +388,9 @@ async def test_every_facade_call_reads_a_typed_resource_github_describes(
     assert base64.b64decode(config.content).decode() == CONFIG and len(config.sha) == 40
     loaded = await call(api.load_repo_config, gh, store, REPO, "main")
     assert (loaded.blob_sha, loaded.text, loaded.config.max_attempts) == (config.sha, CONFIG, 2)
+    workflows = await call(api.read_workflows, gh, REPO, "main")
+    assert workflows == {".github/workflows/ci.yml": WORKFLOW}
+    assert await api.read_workflows(gh, REPO, "no-such-ref") == {}  # GitHub's 404: none
 
     # ------------------------------------------------ the pull request
     opening = {

@@ -93,26 +93,57 @@ def test_head_sha_finds_its_run_and_recent_runs_lists_it(store: Store) -> None:
     assert claim is not None
     run = Run.claimed(ISSUE, store.next_attempt(claim), "b", utcnow())
     store.save_run(run.model_copy(update={"head_sha": "a" * 40}), claim)
-    assert store.run_for_head("octo/widgets", "a" * 40) == (ISSUE, 1)
-    assert store.run_for_head("octo/widgets", "b" * 40) is None
+    assert store.runs_for_head("octo/widgets", "a" * 40) == [(ISSUE, 1)]
+    assert store.runs_for_head("octo/widgets", "b" * 40) == []
     assert [r.run_id for r in store.recent_runs()] == ["octo/widgets#12/1"]
 
 
-def test_a_usage_window_closes_its_account_until_the_latest_reset(store: Store) -> None:
-    now = utcnow()
+def test_two_issues_whose_agents_pushed_the_same_commit_share_its_head(store: Store) -> None:
+    """The same fix on the same parent by the same identity in the same second: one SHA."""
+    other = ISSUE.model_copy(update={"number": 13})
+    for issue in (ISSUE, other):
+        claim = store.claim(issue)
+        assert claim is not None
+        run = Run.claimed(issue, store.next_attempt(claim), "b", utcnow())
+        store.save_run(run.model_copy(update={"head_sha": "a" * 40}), claim)
+    assert store.runs_for_head("octo/widgets", "a" * 40) == [(ISSUE, 1), (other, 1)]
+
+
+def test_a_head_recorded_before_heads_could_be_shared_is_still_found(store: Store) -> None:
+    store.redis.set(keys.head("octo/widgets", "c" * 40), "1:12:2")
+    assert store.runs_for_head("octo/widgets", "c" * 40) == [(ISSUE, 2)]
+
+
+def test_a_usage_window_shuts_its_account_once_a_second_issue_claims_it(store: Store) -> None:
+    """An agent's word that its account is shut holds back its own issue; two issues' agree."""
+    now, other = utcnow(), ISSUE.model_copy(update={"number": 13})
     soon, later = now + timedelta(minutes=5), now + timedelta(hours=5)
+    assert store.claim_window("claude", ISSUE, later, now) is None
+    assert store.claim_window("claude", ISSUE, later, now) is None  # its own word, again
     assert store.window_reopens_at("claude", now) is None
-    assert store.close_window("claude", later).timestamp() == pytest.approx(later.timestamp())
-    # An earlier reset reported by a slower run never reopens the gate early.
-    assert store.close_window("claude", soon).timestamp() == pytest.approx(later.timestamp())
+    shut = store.claim_window("claude", other, soon, now)
+    assert shut is not None and shut.timestamp() == pytest.approx(soon.timestamp())
     reopens = store.window_reopens_at("claude", now)
-    assert reopens is not None and reopens.timestamp() == pytest.approx(later.timestamp())
+    assert reopens is not None and reopens.timestamp() == pytest.approx(soon.timestamp())
+    # A shorter claim reported by a slower run never reopens the gate early.
+    third = ISSUE.model_copy(update={"number": 14})
+    assert store.claim_window("claude", third, now + timedelta(minutes=1), now) == shut
     assert store.window_reopens_at("codex", now) is None
-    assert store.window_reopens_at("claude", later + timedelta(seconds=1)) is None
+    assert store.window_reopens_at("claude", soon + timedelta(seconds=1)) is None
 
 
-def test_a_closed_window_expires_on_its_own_when_it_reopens(store: Store) -> None:
-    store.close_window("claude", utcnow() + timedelta(milliseconds=300))
+def test_a_window_claim_that_reopened_confirms_nothing(store: Store) -> None:
+    now, other = utcnow(), ISSUE.model_copy(update={"number": 13})
+    assert store.claim_window("claude", ISSUE, now + timedelta(milliseconds=300), now) is None
+    time.sleep(0.5)
+    assert store.claim_window("claude", other, utcnow() + timedelta(hours=1), utcnow()) is None
+
+
+def test_a_shut_window_expires_on_its_own_when_it_reopens(store: Store) -> None:
+    now, other = utcnow(), ISSUE.model_copy(update={"number": 13})
+    store.claim_window("claude", ISSUE, now + timedelta(milliseconds=300), now)
+    store.claim_window("claude", other, now + timedelta(milliseconds=300), now)
+    assert store.redis.keys("baton:window:*") != []
     time.sleep(0.5)
     assert store.redis.keys("baton:window:*") == []
 

@@ -22,6 +22,8 @@ URL = "https://api.github.com/repos/octo/widgets"
 KEYS = {
     "INTAKE_STREAM": (keys.INTAKE_STREAM, "baton:intake"),
     "delivery": (keys.delivery("d-1"), "baton:delivery:d-1"),
+    "redelivery_asked": (keys.redelivery_asked("g-1"), "baton:redelivery-asked:g-1"),
+    "REDELIVERY_PASS": (keys.REDELIVERY_PASS, "baton:redelivery-pass"),
     "lock": (keys.lock(ISSUE), "baton:issue:octo/widgets:12:lock"),
     "fence": (keys.fence(ISSUE), "baton:issue:octo/widgets:12:fence"),
     "CLAIMS": (keys.CLAIMS, "baton:claims"),
@@ -30,6 +32,10 @@ KEYS = {
     "recent_run": (keys.recent_run("octo/widgets:12:run:2"), "baton:issue:octo/widgets:12:run:2"),
     "RECENT_RUNS": (keys.RECENT_RUNS, "baton:runs:recent"),
     "head": (keys.head("octo/widgets", "a" * 40), f"baton:head:octo/widgets:{'a' * 40}"),
+    "head_runs": (
+        keys.head_runs("octo/widgets", "a" * 40),
+        f"baton:head-runs:octo/widgets:{'a' * 40}",
+    ),
     "pull": (keys.pull("octo/widgets", 5), "baton:pull:octo/widgets:5"),
     "IN_FLIGHT": (keys.IN_FLIGHT, "baton:in-flight"),
     "open_pulls": (keys.open_pulls("octo/widgets"), "baton:open-pulls:octo/widgets"),
@@ -56,6 +62,7 @@ KEYS = {
     ),
     "draft_pull": (keys.draft_pull("octo/widgets", 5), "baton:pull:octo/widgets:5:draft"),
     "comment_lock": (keys.comment_lock(ISSUE), "baton:issue:octo/widgets:12:comment-lock"),
+    "status_turns": (keys.status_turns(ISSUE), "baton:issue:octo/widgets:12:status-turns"),
     "escalated": (
         keys.escalated(ISSUE, 2, "budget"),
         "baton:issue:octo/widgets:12:escalated:2:budget",
@@ -80,6 +87,7 @@ KEYS = {
     "issue_chain": (keys.issue_chain(ISSUE), "baton:issue:octo/widgets:12:chain"),
     "chain_lock": (keys.chain_lock("octo/widgets#12"), "baton:chain-lock:octo/widgets#12"),
     "window": (keys.window("claude"), "baton:window:claude"),
+    "window_claims": (keys.window_claims("claude"), "baton:window-claims:claude"),
     "slots": (keys.slots("octo/widgets"), "baton:slots:octo/widgets"),
     "WAITING": (keys.WAITING, "baton:waiting"),
     "HALTED": (keys.HALTED, "baton:halted"),
@@ -100,6 +108,7 @@ KEYS = {
     ),
     "rate_limits": (keys.rate_limits("gh"), "baton:app:gh:rate-limits"),
     "secondary_stop": (keys.secondary_stop("gh", 7), "baton:app:gh:installation:7:stop"),
+    "write_slots": (keys.write_slots("gh", 7), "baton:app:gh:installation:7:writes"),
     "conditional_read": (
         keys.conditional_read("installation-3", URL),
         "baton:etag:installation-3:2e1aaba365ffb4b610ce550c484272f5",

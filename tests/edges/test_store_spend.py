@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
-from bot.domain.model import AgentResult, IssueRef, Run
+from bot.domain.model import MAX_RUN_COST_USD, AgentResult, IssueRef, Limits, Policy, Run
 from bot.domain.spend import Budgets, DaySpend, Ledger, Spending
 from bot.edges.store import Store, keys
 from bot.edges.store.spend import SPEND_TTL_S
@@ -109,3 +109,28 @@ def test_an_empty_ledger_reads_as_nothing_spent(store: Store) -> None:
     assert store.spending("octo/widgets", Budgets(), NOW) == Spending()
     assert store.spend_ledger(NOW) == Ledger()
     assert not store.redis.exists(keys.spend_day(date(2026, 12, 1)))
+
+
+def test_a_run_counts_for_at_most_its_issues_cost_cap_whatever_its_agent_claims(
+    store: Store,
+) -> None:
+    """An agent's result file claimed $1e9: one run spent every repository's month."""
+    capped = Policy(account="claude", limits=Limits(max_cost_usd=5.0))
+    forged = ended(WIDGETS, 1, NOW, cost=1e9, turns=1).model_copy(update={"policy": capped})
+    uncapped = ended(GADGETS, 1, NOW, cost=1e9, turns=1)
+    assert store.record_spend(forged) and store.record_spend(uncapped)
+    assert store.spend_ledger(NOW).repositories == {
+        "octo/gadgets": (day(0, MAX_RUN_COST_USD, 1, 1),),
+        "octo/widgets": (day(0, 5.0, 1, 1),),
+    }
+
+
+def test_a_cost_that_is_not_a_finite_positive_number_counts_as_none(store: Store) -> None:
+    """-1e12 hid real spend from every cap; NaN failed the spend write after its mark."""
+    for attempt, claim in enumerate((-1e12, float("nan"), float("inf")), 1):
+        run = ended(WIDGETS, attempt, NOW, cost=claim, turns=1)
+        assert run.agent_result is not None and run.agent_result.cost_usd is None
+        assert any("not credible" in line for line in run.agent_result.evidence)
+        assert store.record_spend(run)
+    assert store.record_spend(ended(WIDGETS, 4, NOW, cost=1.5, turns=1))
+    assert store.spend_ledger(NOW).deployment == (day(0, 1.5, 4, 4),)

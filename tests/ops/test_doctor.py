@@ -243,6 +243,8 @@ async def deployment(
     return {
         "PATH": os.environ["PATH"],
         "HOME": str(tmp_path),
+        # A checkout run from its own tree runs its own Baton, as the devstack's does.
+        **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
         **{k: v for k, v in sandbox.items() if k != "SANDBOX_ADMIN_TOKEN"},
         "REDIS_URL": persistent_redis,
         "BATON_DATA_DIR": str(tmp_path / "data"),
@@ -288,6 +290,7 @@ async def test_a_good_setup_is_all_ok(deployment: dict[str, str], tmp_path: Path
         "git",
         "app",
         "installation",
+        "workflows",
         "webhook secret",
         "operator token",
         "agent",
@@ -304,6 +307,21 @@ async def test_a_good_setup_is_all_ok(deployment: dict[str, str], tmp_path: Path
         "environment are out of reach"
     )
     assert deployment["GITHUB_WEBHOOK_SECRET"] not in "\n".join(lines)
+
+
+async def test_a_workflow_that_would_run_the_agents_code_with_secrets_is_named(
+    deployment: dict[str, str], maintainer: Maintainer, tmp_path: Path
+) -> None:
+    workflow = "on: push\njobs:\n  d:\n    steps:\n      - run: echo ${{ secrets.NPM_TOKEN }}\n"
+    files = {"README.md": "# ci\n", ".github/workflows/release.yml": workflow}
+    await maintainer.create_repo("ci", files, tmp_path)
+    code, lines = await doctor(deployment, tmp_path)
+    assert code == 0, lines  # a warning: the maintainers may mean it
+    assert line_of(lines, "workflows") == (
+        "warn workflows: maintainer/ci: .github/workflows/release.yml runs on push of Baton's "
+        "branches with secrets NPM_TOKEN: the agent's code would run with them before anyone "
+        "reviews it; give its push trigger `branches-ignore: ['baton/**']` (docs/security.md)"
+    )
 
 
 async def test_an_operator_token_too_short_for_baton_web_fails(

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from bot.edges.git import auth_header
 from bot.ops.logs import (
+    LINE_CHARS,
     MASK,
     JsonFormatter,
     TextFormatter,
@@ -153,6 +154,47 @@ def test_jwts_and_private_keys_are_masked_whole_or_cut_short() -> None:
     assert masked == f"key:\n{MASK}\nloaded"
     cut = redact(f"key: {key[:200]}")
     assert cut == f"key: {MASK}"
+
+
+# A megabyte no token could be: the masking looked at each start of it to its end, so
+# this took minutes and stopped the worker's event loop (and heartbeat) all that while.
+NEAR_MISSES = {
+    "JWT starts": "eyJ" * 350_000,
+    "URL credential starts": "x-access-token:" * 70_000,
+    "JWT parts": ("eyJaaaa." * 2 + "eyJ" * 10) * 25_000,
+}
+
+
+@pytest.mark.parametrize("text", NEAR_MISSES.values(), ids=NEAR_MISSES.keys())
+def test_a_megabyte_of_near_misses_is_masked_at_once_and_kept(text: str) -> None:
+    # Run apart, so a masking that backtracks fails here (in 60 s) rather than hanging.
+    code = (
+        "import sys; from bot.ops.logs import redact; "
+        "text = sys.stdin.read(); sys.stdout.write(str(len(redact(text))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], input=text, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) > 0
+
+
+def test_a_jwt_after_text_of_its_alphabet_is_no_jwt_and_one_after_a_space_is() -> None:
+    app_jwt = jwt.encode({"iss": "1", "iat": 1, "exp": 2}, pem_key(), algorithm="RS256")
+    assert redact(f"token={app_jwt}") == f"token={MASK}"
+    assert redact(f"x-access-token:{'a' * 40}x-access-token:{'b' * 40}@host") == (
+        f"x-access-token:{'a' * 40}x-access-token:{MASK}@host"
+    )
+
+
+def test_a_line_from_a_stranger_is_cut_before_it_is_masked_and_written() -> None:
+    comment = "/baton start " + "x" * 1_000_000 + " ghs_" + "A" * 36
+    entry = as_json(JsonFormatter().format(record("refused a command: %s", comment)))
+    assert len(entry["message"]) < LINE_CHARS + 100
+    assert entry["message"].endswith(f"({len(comment) + 19 - LINE_CHARS} more characters)")
+    assert entry["message"].startswith("refused a command: /baton start xxx")
+    text = TextFormatter().format(record("refused a command: %s", comment))
+    assert len(text) < 2 * LINE_CHARS + 200
 
 
 def test_the_deployment_s_own_secrets_are_masked_longest_first() -> None:

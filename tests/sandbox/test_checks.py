@@ -564,7 +564,12 @@ async def test_update_branch_merges_the_base_into_the_head_as_github_does(
         "message": "Updating pull request branch.",
         "url": f"{sandbox.url}{REPO}/pulls/{behind['number']}",
     }
+    # The merge is made after the answer: its push is what says the head moved.
+    pushed = await sandbox.receiver.wait_for(
+        "push", where=lambda p: p["ref"] == "refs/heads/behind" and p["before"] == head
+    )
     merged = await sandbox.tip("behind")
+    assert pushed.payload["after"] == merged
     newest = (await sandbox.ok("GET", f"{REPO}/compare/{head}...{merged}"))["commits"][-1]
     assert newest["sha"] == merged
     assert newest["commit"]["message"].strip() == "Merge branch 'main' into behind"
@@ -574,8 +579,6 @@ async def test_update_branch_merges_the_base_into_the_head_as_github_does(
         "pull_request", "synchronize", where=lambda p: p["number"] == behind["number"]
     )
     assert (sync.payload["before"], sync.payload["after"]) == (head, merged)
-    pushed = await sandbox.receiver.wait_for("push", where=lambda p: p["after"] == merged)
-    assert pushed.payload["ref"] == "refs/heads/behind"
     assert (await computed(sandbox, behind["number"]))["mergeable_state"] == "clean"
 
     current = await sandbox.call("PUT", update, {}, auth=token)

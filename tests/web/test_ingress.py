@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import importlib
 import inspect
+import ipaddress
 import json
 import typing
 import uuid
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from bot.domain.ingress import (
+    DEFAULT_TRUSTED,
     FailedTokens,
     UnverifiedReads,
     client_address,
@@ -585,6 +587,18 @@ def test_wrong_tokens_count_against_the_client_a_proxy_saw(
     remote: str | None, forwarded_for: str | None, counted_as: str
 ) -> None:
     assert client_address(remote, forwarded_for) == counted_as
+
+
+def test_a_configured_proxy_and_header_name_the_client() -> None:
+    """Behind Fly's proxy the client is in Fly-Client-IP; only that proxy may name it."""
+    fly = [ipaddress.ip_network("172.16.0.0/12")]
+    assert client_address("172.19.0.2", "198.51.100.1", fly) == "198.51.100.1"
+    assert client_address("10.1.2.3", "198.51.100.1", fly) == "10.1.2.3"  # not the proxy
+    settings = Settings(
+        BATON_TRUSTED_PROXY_HEADER="Fly-Client-IP", BATON_TRUSTED_PROXIES="172.16.0.0/12, ::1"
+    )
+    assert settings.trusted_proxies == [*fly, ipaddress.ip_network("::1/128")]
+    assert Settings().trusted_proxies == list(DEFAULT_TRUSTED)
 
 
 def test_the_failed_token_table_forgets_expired_windows_first() -> None:

@@ -19,6 +19,7 @@ from pydantic import SecretStr
 from bot.domain.chains import LinkStatus
 from bot.domain.model import AgentResult, Chain, IssueRef, Run, RunState
 from bot.domain.pacing import RateBudget
+from bot.domain.plans.redelivery import RedeliveryPass
 from bot.edges.queue import Dispatcher
 from bot.edges.store import Store
 from bot.ops.settings import Settings, SettingsError
@@ -275,6 +276,17 @@ def test_text_warns_first() -> None:
     lines = render_status_text(overview, NOW).splitlines()
     assert lines[0] == f"warning: {SANDBOX_OFF_WARNING}"
     assert lines[1] == "queues: baton-events 1, baton-agents 3"
+
+
+def test_the_last_redelivery_pass_says_what_was_lost_and_asked_for_again() -> None:
+    lost = RedeliveryPass(
+        at=NOW - timedelta(minutes=3), listed=40, failed=3, asked=2, refused=0, left=1
+    )
+    overview = Overview(taken_at=NOW, queues=QUEUES, workers=1, marks={}, redelivery=lost)
+    lines = render_status_text(overview, NOW).splitlines()
+    assert "lost webhook deliveries: 3; 2 asked again, 0 refused, 1 left (3m 00s ago)" in lines
+    page = render_status_page(overview, NOW)
+    assert "lost deliveries" in page and "2 asked again, 0 refused, 1 left" in page
 
 
 def test_text_says_when_there_are_no_runs() -> None:
@@ -602,6 +614,21 @@ async def test_behind_a_proxy_each_client_it_saw_is_slowed_down_on_its_own(
         assert (await client.get("/status?token=guess", headers=guesser)).status == 401
     assert (await client.get("/status?token=guess", headers=guesser)).status == 429
     operator = {"X-Forwarded-For": "192.0.2.7", "Authorization": f"Bearer {OPERATOR_TOKEN}"}
+    assert (await client.get("/status", headers=operator)).status == 200
+
+
+async def test_behind_a_configured_proxy_its_own_client_header_names_each_client(
+    aiohttp_client: Any, operator_settings: Settings, store: Store, dispatch: Dispatcher
+) -> None:
+    """Fly's proxy names the client in Fly-Client-IP; an X-Forwarded-For picks nothing."""
+    behind_fly = operator_settings.model_copy(update={"trusted_proxy_header": "Fly-Client-IP"})
+    client = await client_for(aiohttp_client, behind_fly, store, dispatch)
+    guesser = {"Fly-Client-IP": "198.51.100.1", "X-Forwarded-For": "203.0.113.9"}
+    for _ in range(5):
+        assert (await client.get("/status?token=guess", headers=guesser)).status == 401
+    dodging = {"Fly-Client-IP": "198.51.100.1", "X-Forwarded-For": "203.0.113.10"}
+    assert (await client.get("/status?token=guess", headers=dodging)).status == 429
+    operator = {"Fly-Client-IP": "192.0.2.7", "Authorization": f"Bearer {OPERATOR_TOKEN}"}
     assert (await client.get("/status", headers=operator)).status == 200
 
 

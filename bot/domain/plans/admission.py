@@ -16,6 +16,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict
 
 from bot.domain import render
+from bot.domain.chains import LinkStatus, link_status
 from bot.domain.commands import Standing
 from bot.domain.effects import (
     Enqueue,
@@ -223,7 +224,14 @@ def _not_now(settings: Settings, facts: StartFacts) -> str | None:
             return f"it no longer carries {settings.labels.queue}"
         return None
     if facts.mode is RunMode.CHAIN:
-        return None if facts.chain_link else "it is no longer a link of a chain"
+        if not facts.chain_link:
+            return "it is no longer a link of a chain"
+        # A chain starts a link never run, or one that stopped it and was queued again:
+        # a repeated advance, or its job run twice, never starts a link under way or green.
+        status = link_status(facts.latest, issue_open=True)
+        if status not in (LinkStatus.NOT_STARTED, LinkStatus.STOPPED):
+            return f"the link is {status.value} already"
+        return None
     latest = facts.latest
     if latest is None or latest.attempt != facts.after or latest.classification is None:
         return f"attempt {facts.after} is not the latest, concluded attempt"

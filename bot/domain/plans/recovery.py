@@ -28,7 +28,16 @@ from bot.domain.effects import (
     SetLabel,
 )
 from bot.domain.jobs import JobSpec, RunMode, advance_chain_job, run_issue_job
-from bot.domain.model import Chain, IssueRef, Labels, Limits, Policy, Recovery, Run
+from bot.domain.model import (
+    Chain,
+    FailureClass,
+    IssueRef,
+    Labels,
+    Limits,
+    Policy,
+    Recovery,
+    Run,
+)
 from bot.domain.render import CheckSummary
 from bot.ops.metrics import ESCALATIONS, HALTS
 from bot.ops.settings import Settings
@@ -151,8 +160,11 @@ def plan(settings: Settings, outcome: Outcome, now: datetime) -> RecoveryPlan:
     if action is Recovery.HALT:
         return _halt(settings, outcome, planned, now)
     if action is Recovery.ESCALATE:
+        reason = decision.reason
+        if run.failure_class == FailureClass.CREDENTIAL_FOUND and run.reason:
+            reason = f"{run.failure_class}: {run.reason}"  # it names where each credential is
         escalation = Escalation(
-            reason=decision.reason,
+            reason=reason,
             key=run.failure_class or "escalated",
             work=_work(outcome.runs),
             mentions=outcome.policy.escalation_mentions,

@@ -84,8 +84,16 @@ class Settlement(BaseModel):
 
 
 def waits_on(run: Run, head_sha: str) -> bool:
-    """Tell whether the run is pushed and waits on this very head's checks."""
-    return run.state is RunState.PUSHED_PENDING and run.head_sha == head_sha
+    """Tell whether the run is pushed and waits on this very head's checks.
+
+    A head whose pull request is still to open waits on nothing yet: it is looked at
+    once its pull request opens.
+    """
+    return (
+        run.state is RunState.PUSHED_PENDING
+        and run.head_sha == head_sha
+        and run.pull_pending is None
+    )
 
 
 def pushed_at(run: Run) -> datetime:

@@ -17,12 +17,22 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 from bot.domain.chains import names_a_chain
-from bot.domain.effects import Enqueue, MarkReady, Plan, Relabel, SettleHead
+from bot.domain.effects import (
+    Enqueue,
+    MarkReady,
+    Plan,
+    PostStatus,
+    Relabel,
+    SetLabel,
+    SettleHead,
+)
 from bot.domain.gone import disappearance, moved_elsewhere
 from bot.domain.issue_text import github_time, snapshot
-from bot.domain.jobs import queue_chain_job, run_issue_job
-from bot.domain.model import IssueRef, Labels, Run, RunState
+from bot.domain.jobs import open_pull_job, queue_chain_job, run_issue_job
+from bot.domain.model import SWEPT_STATES, IssueRef, Labels, Run, RunState
 from bot.domain.pacing import RateBudget, sweep_may_spend
+from bot.domain.plans.recovery import follow_up_job
+from bot.domain.render import no_record_comment
 from bot.domain.resources import Installation, Issue, PullRequest, Review
 from bot.ops.settings import Settings
 
@@ -44,6 +54,9 @@ class Outcome(enum.StrEnum):
     ENDED = "ended"
     PAUSED = "paused"
     READIED = "readied"
+    OPENING = "opening"  # a pushed head whose pull request GitHub put off: its job is scheduled
+    RECOVERED = "recovered"  # a classified run whose recovery was cut short: performed now
+    STUCK = "stuck"  # shown in progress with nothing working on it: set right
 
 
 class Read(enum.StrEnum):
@@ -56,6 +69,12 @@ class Read(enum.StrEnum):
 
 class ConcludeOrphan(_Model):
     """Conclude a live run whose worker died, as orphaned: its recovery follows."""
+
+    run: Run
+
+
+class PerformRecovery(_Model):
+    """Perform the recovery a classified run owes: its job failed or died before the end."""
 
     run: Run
 
@@ -94,7 +113,9 @@ class EndIssue(_Model):
     why: str
 
 
-Settlement = ConcludeOrphan | SettlePull | SettleReview | SettleIssueClosed | EndIssue
+Settlement = (
+    ConcludeOrphan | PerformRecovery | SettlePull | SettleReview | SettleIssueClosed | EndIssue
+)
 
 
 class Step(_Model):
@@ -169,6 +190,12 @@ def in_flight(item: InFlight) -> Step:
 def _from_records(run: Run, locked: bool) -> Step:
     if run.state.is_live and not locked:
         return Step(outcome=Outcome.ORPHANED, settlement=ConcludeOrphan(run=run))
+    if run.recovery_owed and not locked:
+        return Step(outcome=Outcome.RECOVERED, settlement=PerformRecovery(run=run))
+    if run.state is RunState.PUSHED_PENDING and run.pull_pending is not None:
+        # Its job is scheduled already, unless that was lost: scheduled again, it moves.
+        opening = Enqueue(job=open_pull_job(run.issue, run.attempt), at=run.pull_pending.at)
+        return Step(outcome=Outcome.OPENING, effects=(opening,), read=Read.ISSUE)
     if run.state is RunState.PUSHED_PENDING and run.head_sha is not None:
         head = SettleHead(
             installation_id=run.issue.installation_id, repo=run.issue.repo, head_sha=run.head_sha
@@ -285,6 +312,56 @@ def queued(settings: Settings, item: Queued) -> Step:
         "text as read now (the lost label event carried it as queued)"
     )
     return Step(outcome=Outcome.PICKED_UP, effects=(Enqueue(job=job),), note=note)
+
+
+class InProgress(_Model):
+    """An open issue (or pull request) carrying its repository's in-progress label, as listed.
+
+    waiting, locked and run as for Queued; chained: it is a link of a chain, whose
+    runs the chain starts; desired: the state label Baton last wanted on it.
+    """
+
+    issue: IssueRef
+    found: Issue
+    labels: Labels
+    waiting: bool
+    locked: bool
+    chained: bool
+    run: Run | None
+    desired: str | None
+
+
+def in_progress(settings: Settings, item: InProgress) -> Step:
+    """Decide whether an issue shown in progress has anything working on it, and if not, why.
+
+    A worker on it, a job due for it, a chain it waits in, or a run live, pushed,
+    green or owed its recovery (the in-flight pass sees to those): something does.
+    Otherwise it is stuck. The next attempt Baton planned and lost is scheduled again
+    (its job starts only after that very attempt, so never twice); labels that
+    outlived the run Baton recorded are set back to it; an issue Baton holds no run of
+    at all is handed back, with its label off, never started unasked.
+    """
+    run, issue = item.run, item.issue
+    if item.found.is_pull_request or item.waiting or item.locked or item.chained:
+        return NOTHING
+    if run is not None and (run.state in SWEPT_STATES or run.recovery_owed):
+        return NOTHING
+    live = frozenset(item.found.label_names)
+    if run is None:
+        body = no_record_comment(item.labels.in_progress, item.labels.queue)
+        effects: Plan = (
+            SetLabel(issue=issue, labels=item.labels, label=None, live=live),
+            PostStatus(issue=issue, body=body),
+        )
+        note = f"{issue} carries {item.labels.in_progress} and Baton holds no run of it"
+        return Step(outcome=Outcome.STUCK, effects=effects, note=note + ": handed back")
+    if item.desired == item.labels.in_progress:
+        follow = Enqueue(job=follow_up_job(settings, issue, run.attempt))
+        note = f"{issue}'s attempt after {run.attempt} was planned and lost: scheduled again"
+        return Step(outcome=Outcome.STUCK, effects=(follow,), note=note)
+    relabel = Relabel(issue=issue, labels=item.labels, live=live)
+    note = f"{issue} kept {item.labels.in_progress} after attempt {run.attempt} ended"
+    return Step(outcome=Outcome.STUCK, effects=(relabel,), note=note + ": labels set back")
 
 
 class Refusal(_Model):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import redis
 
 from bot.edges.store.base import LOCK_TTL_MS, StoreError
-from bot.edges.store.caches import CachedToken, CacheStore
+from bot.edges.store.caches import CachedToken, CacheStore, WriteSlot
 from bot.edges.store.chains import ChainStore
 from bot.edges.store.gates import GateStore
 from bot.edges.store.intake import IntakeEntry, IntakeLog, IntakeStore
@@ -30,6 +30,7 @@ __all__ = [
     "LockLost",
     "Store",
     "StoreError",
+    "WriteSlot",
 ]
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import NamedTuple
 
-from bot.domain.pacing import RateBudget
+from bot.domain.pacing import RateBudget, WritePace
 from bot.edges.store import keys
 from bot.edges.store.base import RUN_TTL_S, StoreBase, text
 
@@ -24,6 +25,45 @@ if not current or tonumber(current) < tonumber(ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[2])
 end
 """
+
+
+# Take the earliest time a write may go that keeps the installation's pace: a gap
+# after the last write taken, and room in the minute and the hour before it. The
+# time is taken only if it is at most ARGV[4] seconds away, so a worker that will
+# not wait that long leaves no phantom write behind. Redis's clock is the one clock
+# every worker shares. Numbers go back as strings: Redis truncates Lua's to integers.
+_TAKE_WRITE_SLOT = """
+local now_parts = redis.call('TIME')
+local now = tonumber(now_parts[1]) + tonumber(now_parts[2]) / 1e6
+local interval, per_minute, per_hour = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 3600)
+local at = now
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if last[2] then at = math.max(at, tonumber(last[2]) + interval) end
+local minute = redis.call('ZRANGE', KEYS[1], -per_minute, -per_minute, 'WITHSCORES')
+if minute[2] then at = math.max(at, tonumber(minute[2]) + 60) end
+local hour = redis.call('ZRANGE', KEYS[1], -per_hour, -per_hour, 'WITHSCORES')
+if hour[2] then at = math.max(at, tonumber(hour[2]) + 3600) end
+if at - now > tonumber(ARGV[4]) then
+  return {0, tostring(at), tostring(now)}
+end
+redis.call('ZADD', KEYS[1], at, ARGV[5])
+redis.call('EXPIRE', KEYS[1], 3660)
+return {1, tostring(at), tostring(now)}
+"""
+
+
+class WriteSlot(NamedTuple):
+    """A time an installation's next write may go (epoch s, Redis's clock): taken, or not."""
+
+    taken: bool
+    at: float
+    now: float  # Redis's clock as it decided
+
+    @property
+    def wait_s(self) -> float:
+        """Return how long the write waits for its slot."""
+        return max(self.at - self.now, 0.0)
 
 
 class CachedToken(NamedTuple):
@@ -108,6 +148,25 @@ class CacheStore(StoreBase):
         """Return until when the installation's requests wait for a secondary limit, if they do."""
         value = self.redis.get(keys.secondary_stop(app, installation_id))
         return float(value) if value is not None else None
+
+    def take_write_slot(
+        self, app: str, installation_id: int, pace: WritePace, hold_s: float
+    ) -> WriteSlot:
+        """Take the installation's next write slot if it is at most hold_s away; else name it.
+
+        One step for every worker: two writes at once never take the same slot.
+        """
+        taken, at, now = self.redis.eval(
+            _TAKE_WRITE_SLOT,
+            1,
+            keys.write_slots(app, installation_id),
+            repr(pace.interval_s),
+            pace.per_minute,
+            pace.per_hour,
+            repr(hold_s),
+            uuid.uuid4().hex,
+        )
+        return WriteSlot(bool(int(taken)), float(at), float(now))
 
     def record_rate_limit(self, app: str, installation_id: int, budget: RateBudget) -> None:
         """Remember what GitHub last said of an installation's hourly request budget."""

@@ -8,16 +8,34 @@ from typing import cast
 
 import redis
 
-from bot.domain.model import IssueRef
+from bot.domain.model import LONGEST_WINDOW, IssueRef
 from bot.edges.store import keys
 from bot.edges.store.base import LOCK_TTL_MS, RUN_TTL_S, StoreBase, text
 
-# Close an account's usage window until an instant; a later reset already recorded wins.
-_CLOSE_WINDOW = """
-local current = redis.call('GET', KEYS[1])
-if current and tonumber(current) >= tonumber(ARGV[1]) then return current end
-redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[2])
-return ARGV[1]
+# Record one issue's claim that an account's window is shut until ARGV[2]; close the
+# gate (as _CLOSE_WINDOW does) once a claim of another issue stands with it, until the
+# earlier of the two. Claims that reopened are dropped. Returns the gate's reopening, or
+# false while the claim stands alone. ARGV: issue, reopens (s), now (s), keep (s).
+_CLAIM_WINDOW = """
+local now, mine = tonumber(ARGV[3]), tonumber(ARGV[2])
+local claims = redis.call('HGETALL', KEYS[1])
+local confirmed = nil
+for i = 1, #claims, 2 do
+  local theirs = tonumber(claims[i + 1])
+  if theirs <= now then
+    redis.call('HDEL', KEYS[1], claims[i])
+  elseif claims[i] ~= ARGV[1] then
+    local shared = math.min(theirs, mine)
+    if not confirmed or shared > confirmed then confirmed = shared end
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+if not confirmed then return false end
+local current = redis.call('GET', KEYS[2])
+if current and tonumber(current) >= confirmed then return current end
+redis.call('SET', KEYS[2], tostring(confirmed), 'PXAT', math.floor(confirmed * 1000))
+return tostring(confirmed)
 """
 # A repository's run slots: a sorted set of issue numbers scored by when each
 # slot lapses without a heartbeat, so a dead worker's slot frees itself.
@@ -46,22 +64,32 @@ class GateStore(StoreBase):
 
     def __init__(self, client: redis.Redis, lock_ttl_ms: int = LOCK_TTL_MS) -> None:
         super().__init__(client, lock_ttl_ms)
-        self._close_window = client.register_script(_CLOSE_WINDOW)
+        self._claim_window = client.register_script(_CLAIM_WINDOW)
         self._take_slot = client.register_script(_TAKE_SLOT)
         self._grant = client.register_script(_GRANT)
 
     # Usage windows: a gate per provider account -------------------------
 
-    def close_window(self, account: str, reopens_at: datetime) -> datetime:
-        """Close the account's usage window until reopens_at; return when it reopens.
+    def claim_window(
+        self, account: str, issue: IssueRef, reopens_at: datetime, now: datetime
+    ) -> datetime | None:
+        """Record a run's claim that the account's window is shut until reopens_at.
 
-        The key expires as the window reopens, so a gate can never stay shut.
+        The claim is its agent's word, so alone it holds back only its own issue (whose
+        re-entry waits for it). Once a run of another issue claims the same while it
+        stands, the account's gate closes until the earlier of the two; returns when the
+        gate reopens then, else None. An honest window costs at most one doomed start.
         """
-        reopens = self._close_window(
-            keys=[keys.window(account)],
-            args=[reopens_at.timestamp(), int(reopens_at.timestamp() * 1000)],
+        reopens = self._claim_window(
+            keys=[keys.window_claims(account), keys.window(account)],
+            args=[
+                keys.indexed_issue(issue),
+                reopens_at.timestamp(),
+                now.timestamp(),
+                int(LONGEST_WINDOW.total_seconds()),
+            ],
         )
-        return datetime.fromtimestamp(float(text(reopens)), UTC)
+        return datetime.fromtimestamp(float(text(reopens)), UTC) if reopens else None
 
     def window_reopens_at(self, account: str, now: datetime) -> datetime | None:
         """Return when the account's usage window reopens, or None while it is open."""

@@ -11,6 +11,7 @@ import redis
 import redis.asyncio
 from redis.exceptions import NoScriptError
 
+from bot.domain.plans.redelivery import RedeliveryPass
 from bot.edges.store import keys
 from bot.edges.store.base import StoreBase, text
 
@@ -91,6 +92,33 @@ class IntakeStore(StoreBase):
     def intake_backlog(self) -> int:
         """Return how many accepted deliveries wait to become jobs."""
         return int(self.redis.xlen(keys.INTAKE_STREAM))
+
+    def redeliveries_asked(self, guids: Sequence[str]) -> set[str]:
+        """Return which of these events GitHub was asked to deliver again already."""
+        if not guids:
+            return set()
+        with self.redis.pipeline(transaction=False) as pipe:
+            for guid in guids:
+                pipe.exists(keys.redelivery_asked(guid))
+            found = pipe.execute()
+        return {guid for guid, exists in zip(guids, found, strict=True) if exists}
+
+    def ask_redelivery(self, guid: str) -> bool:
+        """Record that an event is asked for again; False when some process asked first.
+
+        Recorded before GitHub is asked, so two clocks, or a pass that dies half way,
+        never ask twice (kept as long as a delivery's own record).
+        """
+        return bool(self.redis.set(keys.redelivery_asked(guid), "1", nx=True, ex=DELIVERY_TTL_S))
+
+    def record_redelivery_pass(self, summary: RedeliveryPass) -> None:
+        """Keep what the last redelivery pass found and did, for the status page."""
+        self.redis.set(keys.REDELIVERY_PASS, summary.model_dump_json())
+
+    def last_redelivery_pass(self) -> RedeliveryPass | None:
+        """Return what the last redelivery pass found and did, if one has run."""
+        raw = self.redis.get(keys.REDELIVERY_PASS)
+        return RedeliveryPass.model_validate_json(text(raw)) if raw is not None else None
 
 
 class IntakeLog:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 
 import redis
@@ -17,6 +17,7 @@ from bot.edges.store.base import RUN_TTL_S, StoreBase, text
 
 COMMENT_LOCK_TTL_MS = 15_000
 COMMENT_LOCK_WAIT_S = 20.0
+STATUS_TURNS_TTL_S = 24 * 3600
 STOP_TTL_S = 3600
 
 
@@ -150,6 +151,18 @@ class IssueStateStore(StoreBase):
     def comment_lock(self, issue: IssueRef) -> AbstractAsyncContextManager[None]:
         """Hold the issue's comment mutex, so two jobs never edit its comments out of order."""
         return self._mutex(keys.comment_lock(issue), COMMENT_LOCK_TTL_MS, COMMENT_LOCK_WAIT_S)
+
+    @asynccontextmanager
+    async def status_turn(self, issue: IssueRef) -> AsyncIterator[Callable[[], bool]]:
+        """Hold the issue's comment mutex for a status edit, in turn; yield whether the edit
+        is still the newest asked for (one asked for since, waiting its turn, overtakes it)."""
+        key = keys.status_turns(issue)
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.incr(key)
+            pipe.expire(key, STATUS_TURNS_TTL_S)
+            turn = int(pipe.execute()[0])
+        async with self.comment_lock(issue):
+            yield lambda: int(self.redis.get(key) or 0) <= turn
 
     # Escalations ----------------------------------------------------------
 

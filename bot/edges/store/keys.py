@@ -5,76 +5,82 @@ The strings are what deployments already hold: changing one orphans that data.
 digits of x's SHA-256. Store names the module of this package whose class owns the
 key. RQ's own keys (`rq:...`) are RQ's and not listed.
 
-| Built by              | Key                                     | Type   | Store       | TTL    |
-| --------------------- | --------------------------------------- | ------ | ----------- | ------ |
-| `INTAKE_STREAM`       | baton:intake                            | stream | intake      | none   |
-| `delivery`            | baton:delivery:{delivery_id}            | string | intake      | 7 d    |
-| `lock`                | {issue}:lock                            | string | runs        | lock   |
-| `fence`               | {issue}:fence                           | string | runs        | 90 d   |
-| `CLAIMS`              | baton:claims                            | zset   | runs        | none   |
-| `attempts`            | {issue}:attempts                        | string | runs        | 90 d   |
-| `run`, `recent_run`   | {issue}:run:{attempt}                   | string | runs        | 90 d   |
-| `RECENT_RUNS`         | baton:runs:recent                       | zset   | runs        | none   |
-| `head`                | baton:head:{repo}:{sha}                 | string | runs        | 90 d   |
-| `pull`                | baton:pull:{repo}:{pr}                  | string | runs        | 90 d   |
-| `IN_FLIGHT`           | baton:in-flight                         | zset   | runs        | none   |
-| `open_pulls`          | baton:open-pulls:{repo}                 | hash   | runs        | 90 d   |
-| `checkpoint`          | {issue}:checkpoint:{attempt}            | string | runs        | 90 d   |
-| `checked`             | baton:checked:{repo}:{sha}              | string | runs        | 90 d   |
-| `settling`            | baton:settling:{repo}:{sha}             | string | runs        | 120 s  |
-| `desired_label`       | {issue}:desired-label                   | string | issue_state | 90 d   |
-| `label_set`           | {issue}:label-set                       | string | issue_state | 90 d   |
-| `label_applied`       | {issue}:label-applied                   | string | issue_state | 90 d   |
-| `label_removals`      | {issue}:label-removals                  | set    | issue_state | 90 d   |
-| `status_comment`      | {issue}:status-comment                  | string | issue_state | 90 d   |
-| `pull_status_comment` | baton:pull:{repo}:{pr}:status-comment   | string | issue_state | 90 d   |
-| `comment_said`        | baton:comment:{repo}:{id}:said          | string | issue_state | 90 d   |
-| `check_run`           | baton:check-run:{repo}:{sha}            | string | issue_state | 90 d   |
-| `draft_pull`          | baton:pull:{repo}:{pr}:draft            | string | issue_state | 90 d   |
-| `comment_lock`        | {issue}:comment-lock                    | string | issue_state | 15 s   |
-| `escalated`           | {issue}:escalated:{attempt}:{reason}    | string | issue_state | 90 d   |
-| `withdrawn`           | {issue}:withdrawn                       | string | issue_state | 90 d   |
-| `stop`                | {issue}:stop                            | string | issue_state | 1 h    |
-| `queued_text`         | {issue}:queued-text                     | string | issue_state | 90 d   |
-| `queue_refused`       | {issue}:queue-refused                   | string | issue_state | 90 d   |
-| `config_error`        | {issue}:config-error:{blob_sha}         | string | issue_state | 90 d   |
-| `command`             | baton:command:{repo}:{id}               | string | issue_state | 90 d   |
-| `review`              | baton:review:{repo}:{id}                | string | issue_state | 90 d   |
-| `rerun`               | baton:rerun:{repo}:{delivery_id}        | string | issue_state | 90 d   |
-| `chain`               | baton:chain:{chain_id}                  | string | chains      | 90 d   |
-| `chain_generation`    | baton:chain-generation:{chain_id}       | string | chains      | 90 d   |
-| `CHAINS`              | baton:chains                            | zset   | chains      | none   |
-| `issue_chain`         | {issue}:chain                           | string | chains      | 90 d   |
-| `chain_lock`          | baton:chain-lock:{chain_id}             | string | chains      | 300 s  |
-| `window`              | baton:window:{account}                  | string | gates       | reopen |
-| `slots`               | baton:slots:{repo}                      | zset   | gates       | lock   |
-| `WAITING`             | baton:waiting                           | zset   | gates       | none   |
-| `HALTED`              | baton:halted                            | zset   | gates       | none   |
-| `PAUSED`              | baton:paused                            | hash   | gates       | none   |
-| `held`                | baton:held:{repo}                       | hash   | gates       | none   |
-| `held_settled`        | baton:held-settled:{repo}               | string | gates       | none   |
-| `extra_continuations` | {issue}:extra-continuations             | string | gates       | 90 d   |
-| `SWEEP_LEASE`         | baton:sweep-lease                       | string | gates       | caller |
-| `BOT_LOGIN`           | baton:app:bot-login                     | string | caches      | none   |
-| `BOT_USER_ID`         | baton:app:bot-user-id                   | string | caches      | none   |
-| `app_id`              | baton:app:{app}:id                      | string | caches      | none   |
-| `installation_token`  | baton:app:{app}:installation:{id}:token | string | caches      | caller |
-| `rate_limits`         | baton:app:{app}:rate-limits             | hash   | caches      | 7 d    |
-| `secondary_stop`      | baton:app:{app}:installation:{id}:stop  | string | caches      | stop   |
-| `conditional_read`    | baton:etag:{scope}:{h(url)}             | string | caches      | 1 d    |
-| `role`                | baton:role:{repo}:{login}               | string | caches      | 60 s   |
-| `notice`              | baton:notice:{h(what)}                  | string | caches      | 1 d    |
-| `QUEUE_LABELS`        | baton:queue-labels                      | hash   | caches      | none   |
-| `config_seen`         | baton:config-seen:{repo}                | string | caches      | 1 h    |
-| `repo_seen`           | baton:repo-seen:{repo}                  | string | caches      | 1 h    |
-| `repo_config`         | baton:config:{repo}:{blob_sha}          | string | caches      | 90 d   |
-| `LAST`                | baton:last                              | hash   | metrics     | none   |
-| `metric`              | baton:metrics:{name}                    | hash   | metrics     | none   |
-| `UNCONTAINED`         | baton:workers:uncontained               | zset   | metrics     | none   |
-| `spend_day`           | baton:spend:{day}                       | hash   | spend       | 40 d   |
-| `spent`               | {issue}:spent:{attempt}                 | string | spend       | 40 d   |
-| `SPEND_BUDGETS`       | baton:spend-budgets                     | hash   | spend       | none   |
-| `transcript`          | {issue}:transcript:{attempt}            | string | transcripts | days   |
+| Built by              | Key                                      | Type   | Store       | TTL    |
+| --------------------- | ---------------------------------------- | ------ | ----------- | ------ |
+| `INTAKE_STREAM`       | baton:intake                             | stream | intake      | none   |
+| `delivery`            | baton:delivery:{delivery_id}             | string | intake      | 7 d    |
+| `redelivery_asked`    | baton:redelivery-asked:{guid}            | string | intake      | 7 d    |
+| `REDELIVERY_PASS`     | baton:redelivery-pass                    | string | intake      | none   |
+| `lock`                | {issue}:lock                             | string | runs        | lock   |
+| `fence`               | {issue}:fence                            | string | runs        | 90 d   |
+| `CLAIMS`              | baton:claims                             | zset   | runs        | none   |
+| `attempts`            | {issue}:attempts                         | string | runs        | 90 d   |
+| `run`, `recent_run`   | {issue}:run:{attempt}                    | string | runs        | 90 d   |
+| `RECENT_RUNS`         | baton:runs:recent                        | zset   | runs        | none   |
+| `head`                | baton:head:{repo}:{sha}                  | string | runs        | 90 d   |
+| `head_runs`           | baton:head-runs:{repo}:{sha}             | hash   | runs        | 90 d   |
+| `pull`                | baton:pull:{repo}:{pr}                   | string | runs        | 90 d   |
+| `IN_FLIGHT`           | baton:in-flight                          | zset   | runs        | none   |
+| `open_pulls`          | baton:open-pulls:{repo}                  | hash   | runs        | 90 d   |
+| `checkpoint`          | {issue}:checkpoint:{attempt}             | string | runs        | 90 d   |
+| `checked`             | baton:checked:{repo}:{sha}               | string | runs        | 90 d   |
+| `settling`            | baton:settling:{repo}:{sha}              | string | runs        | 120 s  |
+| `desired_label`       | {issue}:desired-label                    | string | issue_state | 90 d   |
+| `label_set`           | {issue}:label-set                        | string | issue_state | 90 d   |
+| `label_applied`       | {issue}:label-applied                    | string | issue_state | 90 d   |
+| `label_removals`      | {issue}:label-removals                   | set    | issue_state | 90 d   |
+| `status_comment`      | {issue}:status-comment                   | string | issue_state | 90 d   |
+| `pull_status_comment` | baton:pull:{repo}:{pr}:status-comment    | string | issue_state | 90 d   |
+| `comment_said`        | baton:comment:{repo}:{id}:said           | string | issue_state | 90 d   |
+| `check_run`           | baton:check-run:{repo}:{sha}             | string | issue_state | 90 d   |
+| `draft_pull`          | baton:pull:{repo}:{pr}:draft             | string | issue_state | 90 d   |
+| `comment_lock`        | {issue}:comment-lock                     | string | issue_state | 15 s   |
+| `status_turns`        | {issue}:status-turns                     | string | issue_state | 1 d    |
+| `escalated`           | {issue}:escalated:{attempt}:{reason}     | string | issue_state | 90 d   |
+| `withdrawn`           | {issue}:withdrawn                        | string | issue_state | 90 d   |
+| `stop`                | {issue}:stop                             | string | issue_state | 1 h    |
+| `queued_text`         | {issue}:queued-text                      | string | issue_state | 90 d   |
+| `queue_refused`       | {issue}:queue-refused                    | string | issue_state | 90 d   |
+| `config_error`        | {issue}:config-error:{blob_sha}          | string | issue_state | 90 d   |
+| `command`             | baton:command:{repo}:{id}                | string | issue_state | 90 d   |
+| `review`              | baton:review:{repo}:{id}                 | string | issue_state | 90 d   |
+| `rerun`               | baton:rerun:{repo}:{delivery_id}         | string | issue_state | 90 d   |
+| `chain`               | baton:chain:{chain_id}                   | string | chains      | 90 d   |
+| `chain_generation`    | baton:chain-generation:{chain_id}        | string | chains      | 90 d   |
+| `CHAINS`              | baton:chains                             | zset   | chains      | none   |
+| `issue_chain`         | {issue}:chain                            | string | chains      | 90 d   |
+| `chain_lock`          | baton:chain-lock:{chain_id}              | string | chains      | 300 s  |
+| `window`              | baton:window:{account}                   | string | gates       | reopen |
+| `window_claims`       | baton:window-claims:{account}            | hash   | gates       | 7 d    |
+| `slots`               | baton:slots:{repo}                       | zset   | gates       | lock   |
+| `WAITING`             | baton:waiting                            | zset   | gates       | none   |
+| `HALTED`              | baton:halted                             | zset   | gates       | none   |
+| `PAUSED`              | baton:paused                             | hash   | gates       | none   |
+| `held`                | baton:held:{repo}                        | hash   | gates       | none   |
+| `held_settled`        | baton:held-settled:{repo}                | string | gates       | none   |
+| `extra_continuations` | {issue}:extra-continuations              | string | gates       | 90 d   |
+| `SWEEP_LEASE`         | baton:sweep-lease                        | string | gates       | caller |
+| `BOT_LOGIN`           | baton:app:bot-login                      | string | caches      | none   |
+| `BOT_USER_ID`         | baton:app:bot-user-id                    | string | caches      | none   |
+| `app_id`              | baton:app:{app}:id                       | string | caches      | none   |
+| `installation_token`  | baton:app:{app}:installation:{id}:token  | string | caches      | caller |
+| `rate_limits`         | baton:app:{app}:rate-limits              | hash   | caches      | 7 d    |
+| `secondary_stop`      | baton:app:{app}:installation:{id}:stop   | string | caches      | stop   |
+| `write_slots`         | baton:app:{app}:installation:{id}:writes | zset   | caches      | 1 h    |
+| `conditional_read`    | baton:etag:{scope}:{h(url)}              | string | caches      | 1 d    |
+| `role`                | baton:role:{repo}:{login}                | string | caches      | 60 s   |
+| `notice`              | baton:notice:{h(what)}                   | string | caches      | 1 d    |
+| `QUEUE_LABELS`        | baton:queue-labels                       | hash   | caches      | none   |
+| `config_seen`         | baton:config-seen:{repo}                 | string | caches      | 1 h    |
+| `repo_seen`           | baton:repo-seen:{repo}                   | string | caches      | 1 h    |
+| `repo_config`         | baton:config:{repo}:{blob_sha}           | string | caches      | 90 d   |
+| `LAST`                | baton:last                               | hash   | metrics     | none   |
+| `metric`              | baton:metrics:{name}                     | hash   | metrics     | none   |
+| `UNCONTAINED`         | baton:workers:uncontained                | zset   | metrics     | none   |
+| `spend_day`           | baton:spend:{day}                        | hash   | spend       | 40 d   |
+| `spent`               | {issue}:spent:{attempt}                  | string | spend       | 40 d   |
+| `SPEND_BUDGETS`       | baton:spend-budgets                      | hash   | spend       | none   |
+| `transcript`          | {issue}:transcript:{attempt}             | string | transcripts | days   |
 
 TTL: `lock` is the claim's lock TTL (`Store.lock_ttl_ms`), renewed by each heartbeat
 or slot taken; `caller` is the TTL the writer passes (a token's: less than its life;
@@ -85,6 +91,7 @@ the budgets' rolling 30 days, and some to spare. `days` is `BATON_TRANSCRIPT_DAY
 A key without a TTL stays bounded another way:
 
 - `INTAKE_STREAM`: entries are deleted as forwarded; trimmed near `INTAKE_MAXLEN`.
+- `REDELIVERY_PASS`: one value, the last pass, rewritten by each.
 - `CLAIMS`: a claim leaves it on release, or once its takeover is done.
 - `RECENT_RUNS`: trimmed to the newest `RECENT_RUNS_KEPT` runs at every run write.
 - `IN_FLIGHT`, `WAITING`, `HALTED`: an issue leaves as it moves on or is forgotten.
@@ -140,6 +147,14 @@ def delivery(delivery_id: str) -> str:
     return f"{_PREFIX}:delivery:{delivery_id}"
 
 
+def redelivery_asked(guid: str) -> str:
+    """Return the key recording that GitHub was asked to deliver an event again."""
+    return f"{_PREFIX}:redelivery-asked:{guid}"
+
+
+REDELIVERY_PASS = f"{_PREFIX}:redelivery-pass"
+
+
 # Runs, claims and their indexes --------------------------------------------------
 
 CLAIMS = f"{_PREFIX}:claims"
@@ -178,8 +193,15 @@ def recent_run(member: str) -> str:
 
 
 def head(repo: str, sha: str) -> str:
-    """Return the key naming the run whose push produced a head."""
+    """Return the key naming the one run whose push produced a head, as Baton kept it until
+    two issues could share a head (head_runs); read until its last such key expires."""
     return f"{_PREFIX}:head:{repo}:{sha}"
+
+
+def head_runs(repo: str, sha: str) -> str:
+    """Return the key of the runs whose pushes produced a head: `{installation}:{number}` to
+    the attempt. Two issues' agents can push byte-identical commits: one head, two runs."""
+    return f"{_PREFIX}:head-runs:{repo}:{sha}"
 
 
 def pull(repo: str, number: int) -> str:
@@ -277,6 +299,11 @@ def comment_lock(issue: IssueRef) -> str:
     return _issue(issue, "comment-lock")
 
 
+def status_turns(issue: IssueRef) -> str:
+    """Return the key counting the status edits of the issue asked for: the last is the newest."""
+    return _issue(issue, "status-turns")
+
+
 def escalated(issue: IssueRef, attempt: int, reason: str) -> str:
     """Return the key recording one escalation of an attempt."""
     return _issue(issue, "escalated", str(attempt), reason)
@@ -360,6 +387,11 @@ def window(account: str) -> str:
     return f"{_PREFIX}:window:{account}"
 
 
+def window_claims(account: str) -> str:
+    """Return the key of the issues whose runs said the account's window is shut, to when."""
+    return f"{_PREFIX}:window-claims:{account}"
+
+
 def slots(repo: str) -> str:
     """Return the key of a repository's run slots."""
     return f"{_PREFIX}:slots:{repo}"
@@ -405,6 +437,11 @@ def rate_limits(app: str) -> str:
 def secondary_stop(app: str, installation_id: int) -> str:
     """Return the key holding until when (epoch s) GitHub asked an installation to wait."""
     return f"{_PREFIX}:app:{app}:installation:{installation_id}:stop"
+
+
+def write_slots(app: str, installation_id: int) -> str:
+    """Return the key of the times (epoch s) an installation's writes of the last hour took."""
+    return f"{_PREFIX}:app:{app}:installation:{installation_id}:writes"
 
 
 def conditional_read(scope: str, url: str) -> str:

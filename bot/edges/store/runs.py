@@ -11,7 +11,7 @@ from typing import cast
 import redis
 from redis.exceptions import WatchError
 
-from bot.domain.model import IssueRef, Run, RunState
+from bot.domain.model import SWEPT_STATES, IssueRef, Run, RunState
 from bot.edges.store import keys
 from bot.edges.store.base import LOCK_TTL_MS, RUN_TTL_S, StoreBase, StoreError, text
 from bot.edges.store.metrics import queue_metrics
@@ -69,19 +69,6 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
-
-# What the sweep looks at: runs a worker holds, pushes waiting for their checks, and
-# green PRs waiting for a merge, a close or a review whose webhook may be lost.
-_IN_FLIGHT = frozenset(
-    {
-        RunState.CLAIMED,
-        RunState.PROVISIONING,
-        RunState.RUNNING,
-        RunState.PUSHED_PENDING,
-        RunState.PUSHED_GREEN,
-    }
-)
-
 
 # A run in these states has seen its pull request end: it leaves the open pulls' index.
 _ENDED_PULL = frozenset({RunState.MERGED, RunState.CLOSED})
@@ -275,9 +262,20 @@ class RunStore(StoreBase):
                 except WatchError:
                     continue
 
-    def run_for_head(self, repo: str, sha: str) -> tuple[IssueRef, int] | None:
-        """Return the issue and attempt whose push produced this head sha."""
-        return _run_address(repo, self.redis.get(keys.head(repo, sha)))
+    def runs_for_head(self, repo: str, sha: str) -> list[tuple[IssueRef, int]]:
+        """Return each issue, with its attempt, whose push produced this head sha.
+
+        Mostly one; two issues whose agents pushed byte-identical commits share it.
+        """
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(keys.head_runs(repo, sha))
+            pipe.get(keys.head(repo, sha))
+            runs, legacy = pipe.execute()
+        addresses = [f"{text(issue)}:{text(attempt)}" for issue, attempt in runs.items()]
+        found = dict(a for a in (_run_address(repo, value) for value in addresses) if a is not None)
+        if (old := _run_address(repo, legacy)) is not None:
+            found.setdefault(*old)
+        return sorted(found.items(), key=lambda item: item[0].number)
 
     def run_for_pull(self, repo: str, number: int) -> tuple[IssueRef, int] | None:
         """Return the issue and the newest attempt that pushed to this pull request."""
@@ -303,12 +301,14 @@ class RunStore(StoreBase):
         pipe.zremrangebyrank(keys.RECENT_RUNS, 0, -RECENT_RUNS_KEPT - 1)
         where = f"{issue.installation_id}:{issue.number}:{run.attempt}"
         if run.head_sha is not None:
-            pipe.set(keys.head(issue.repo, run.head_sha), where, ex=RUN_TTL_S)
+            head = keys.head_runs(issue.repo, run.head_sha)
+            pipe.hset(head, f"{issue.installation_id}:{issue.number}", run.attempt)
+            pipe.expire(head, RUN_TTL_S)
         if run.pr_number is not None:
             # The newest attempt on a PR wins: that is the run a review or merge concerns.
             pipe.set(keys.pull(issue.repo, run.pr_number), where, ex=RUN_TTL_S)
             self._queue_open_pull(pipe, run)
-        if run.state in _IN_FLIGHT:
+        if run.state in SWEPT_STATES or run.recovery_owed:
             pipe.zadd(keys.IN_FLIGHT, {keys.indexed_issue(issue): run.started_at.timestamp()})
         else:
             pipe.zrem(keys.IN_FLIGHT, keys.indexed_issue(issue))
@@ -338,7 +338,8 @@ class RunStore(StoreBase):
         self.redis.hdel(keys.open_pulls(repo), str(number))
 
     def in_flight(self) -> list[IssueRef]:
-        """Return the issues whose latest run is live, waiting for its checks, or green."""
+        """Return the issues whose latest run is live, waiting for its checks, green, or owed
+        its recovery."""
         return [issue for issue, _ in self._indexed(keys.IN_FLIGHT)]
 
     def live_runs(self) -> int:

@@ -16,7 +16,7 @@ from typing import cast
 import redis
 
 from bot.domain.model import Run
-from bot.domain.spend import Budgets, DaySpend, Ledger, Spending, window
+from bot.domain.spend import Budgets, DaySpend, Ledger, Spending, run_cost_cap, window
 from bot.edges.store import keys
 from bot.edges.store.base import LOCK_TTL_MS, StoreBase, text
 
@@ -77,12 +77,15 @@ class SpendStore(StoreBase):
         """Add what the run's agent spent to the day it ended on; False if added before, or none.
 
         Turns and cost an agent does not report count as none; the attempt counts all the same.
+        One run counts for at most its issue's cost cap, or MAX_RUN_COST_USD without one:
+        the cost is the agent's claim.
         """
         result = run.agent_result
         if result is None:
             return False
         day = result.ended_at.astimezone(UTC).date()
-        measured: list[str | int] = [SPEND_TTL_S, repr(result.cost_usd or 0.0), result.turns or 0]
+        cost = min(result.cost_usd or 0.0, run_cost_cap(run))
+        measured: list[str | int] = [SPEND_TTL_S, repr(cost), result.turns or 0]
         added = self._record_spend(
             keys=[keys.spent(run.issue, run.attempt), keys.spend_day(day)],
             args=[*measured, *_fields(None), *_fields(run.issue.repo)],

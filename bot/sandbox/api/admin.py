@@ -1,9 +1,9 @@
 """Test and operator endpoints under /_sandbox/ (admin token only).
 
-Besides deliveries, faults, call counts and configuration, they do what a maintainer or
-GitHub itself does outside the REST API an App sees, with GitHub's effects (lifecycle):
-delete or transfer an issue, rename or delete a repository, suspend, unsuspend or remove
-an App's installation, re-run a check from a pull request's page.
+Besides deliveries, faults, call counts, secondary-limit figures and configuration, they
+do what a maintainer or GitHub itself does outside the REST API an App sees, with GitHub's
+effects (lifecycle): delete or transfer an issue, rename or delete a repository, suspend,
+unsuspend or remove an App's installation, re-run a check from a pull request's page.
 """
 
 from __future__ import annotations
@@ -57,6 +57,9 @@ class ConfigBody(BaseModel):
     webhook_url: str | None = None
     rate_limit: int | None = Field(default=None, ge=1)
     token_lifetime_seconds: float | None = Field(default=None, gt=0)
+    secondary_per_minute: int | None = Field(default=None, gt=0)
+    secondary_per_hour: int | None = Field(default=None, gt=0)
+    secondary_concurrent: int | None = Field(default=None, gt=0)
 
 
 class PlanBody(BaseModel):
@@ -173,9 +176,18 @@ async def reset_calls(request: web.Request) -> web.Response:
 
 @routes.delete("/_sandbox/rate-limits")
 async def reset_rate_limits(request: web.Request) -> web.Response:
-    """Give every installation and App its whole rate limit back."""
-    hub_of(request).limits.reset()
+    """Give every installation and App its whole rate limit back, secondary limits included."""
+    hub = hub_of(request)
+    hub.limits.reset()
+    hub.secondary.reset()
     return web.Response(status=204)
+
+
+@routes.get("/_sandbox/limits")
+async def get_limits(request: web.Request) -> web.Response:
+    """Show each installation's secondary-limit figures: its 403 answers, its content
+    writes, their peaks in any 60 s and any 3600 s, and its most requests at once."""
+    return json_response(hub_of(request).secondary.snapshot())
 
 
 @routes.put("/_sandbox/repos/{owner}/{repo}/collaborators/{username}")
@@ -229,13 +241,18 @@ def _config_response(hub: Hub) -> web.Response:
             "webhook_url": hub.webhooks.url,
             "rate_limit": hub.limits.installation_limit,
             "token_lifetime_seconds": hub.auth.token_lifetime.total_seconds(),
+            "secondary_per_minute": hub.secondary.per_minute,
+            "secondary_per_hour": hub.secondary.per_hour,
+            "secondary_concurrent": hub.secondary.concurrent,
         }
     )
 
 
 @routes.patch("/_sandbox/config")
 async def update_config(request: web.Request) -> web.Response:
-    """Change the runtime configuration: the webhook URL, installations' hourly rate limit."""
+    """Change the runtime configuration: the webhook URL, installations' hourly rate limit,
+    token lifetime, and installations' secondary limits (writes a minute and an hour,
+    requests at once)."""
     hub = hub_of(request)
     body = await read_body(request, ConfigBody, "Config")
     if "webhook_url" in body.model_fields_set:
@@ -244,7 +261,15 @@ async def update_config(request: web.Request) -> web.Response:
         hub.limits.installation_limit = body.rate_limit
     if body.token_lifetime_seconds is not None:
         hub.auth.token_lifetime = datetime.timedelta(seconds=body.token_lifetime_seconds)
+    _set_secondary(hub, body)
     return _config_response(hub)
+
+
+def _set_secondary(hub: Hub, body: ConfigBody) -> None:
+    limits = hub.secondary
+    limits.per_minute = body.secondary_per_minute or limits.per_minute
+    limits.per_hour = body.secondary_per_hour or limits.per_hour
+    limits.concurrent = body.secondary_concurrent or limits.concurrent
 
 
 def _repo(request: web.Request) -> Repo:

@@ -1,0 +1,82 @@
+"""Lost webhook deliveries asked for again, as GitHub's guide for Apps has it.
+
+GitHub does not redeliver a failed delivery by itself
+(https://docs.github.com/en/webhooks/using-webhooks/automatically-redelivering-failed-deliveries-for-a-github-app-webhook):
+Baton lists the App's deliveries (`GET /app/hook/deliveries`) and asks for each event
+none of whose deliveries it answered (`POST /app/hook/deliveries/{id}/attempts`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+
+from bot.devkit.devstack import LocalBaton
+from bot.devkit.maintainer import Maintainer, eventually
+from bot.domain.model import IssueRef, RunState
+from bot.edges.store import Store
+from tests.e2e.test_loop import (  # maintainer and store act on this module's own stack
+    GREETING_FIX,
+    maintainer,
+    new_repo,
+    queued_issue,
+    run_state,
+    store,
+)
+from tests.support import StackSpec
+
+__all__ = ["maintainer", "store"]  # fixtures this module uses
+
+# The sweep is put off for a day: what brings the lost label back is the redelivery.
+STACK = StackSpec(database=20, env={"BATON_SWEEP_INTERVAL_SECONDS": "86400"})
+CLOSED_PORT = "http://127.0.0.1:9/webhook"  # Baton down: nothing listens there
+
+
+def redeliver(stack: LocalBaton) -> str:
+    """Run `baton redeliver` as an operator would; return what it printed."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bot", "redeliver"],
+        env=stack.baton_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+async def test_a_label_lost_while_baton_was_down_is_delivered_again_once(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    repo = await new_repo(maintainer, stack)
+    await maintainer.set_webhook_url(CLOSED_PORT)
+    try:
+        number = await queued_issue(maintainer, repo, "Labelled while Baton was down", GREETING_FIX)
+
+        async def lost() -> bool:
+            listed = await maintainer.gh.getitem("/_sandbox/deliveries?event=issues&action=labeled")
+            return any(d["status"] != "pending" and not d["status_code"] for d in listed)
+
+        await eventually(lost, "the label's delivery failing")
+    finally:
+        await maintainer.set_webhook_url(f"{stack.web_url}/webhook")
+    issue = IssueRef(installation_id=1, repo=repo, number=number)
+    assert store.latest_run(issue) is None, "nothing came of the lost delivery yet"
+
+    said = await asyncio.to_thread(redeliver, stack)
+    # The label's event, and any other the closed port lost meanwhile (the issue's opening).
+    asked = re.search(r"asked again (\d+),", said)
+    assert asked is not None and int(asked[1]) >= 1, said
+    await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the redelivered run", 60
+    )
+    again = await asyncio.to_thread(redeliver, stack)
+    assert "asked again 0," in again, again
+    assert len(store.runs(issue)) == 1, "the event was acted on once"
+    redelivered = await maintainer.gh.getitem("/_sandbox/deliveries?event=issues&action=labeled")
+    assert any(d["redelivery"] and d["status_code"] == 202 for d in redelivered)
+    last = store.last_redelivery_pass()
+    assert last is not None and last.asked == 0 and last.listed > 0
