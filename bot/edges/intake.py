@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 READ_BATCH = 500
 READ_BLOCK_MS = 1000
 GATHER_S = 0.01
+# A forwarder's batch ends within a read's block: longer than this, it hangs.
+STOP_WAIT_S = 5.0
 RECLAIM_IDLE_MS = 30_000  # an entry read this long ago and not acknowledged lost its forwarder
 
 
@@ -193,10 +195,20 @@ class ForwarderProcess:
         self._stopping.set()
 
     def stop(self) -> None:
-        """Stop the forwarder and wait for it to finish its batch."""
+        """Stop the forwarder and wait for it to finish its batch; kill it if it hangs.
+
+        A forwarder that outlived its wait would hold the worker's exit for good:
+        Python joins a process's children as it exits, past the platform's SIGKILL.
+        """
         self.winding_down()
         self._process.terminate()
-        self._process.join(10)
+        self._process.join(STOP_WAIT_S)
+        if self._process.is_alive():
+            log.error(
+                "intake forwarder still running %.0f s after SIGTERM; killing it", STOP_WAIT_S
+            )
+            self._process.kill()
+            self._process.join(STOP_WAIT_S)
 
 
 def _forwarder_main(verbose: bool) -> None:

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
+import multiprocessing.process
+import multiprocessing.synchronize
+import signal
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -137,3 +142,33 @@ async def test_the_intake_reconnects_when_redis_drops_its_connection(
 def test_job_specs_round_trip_through_json(settings: Settings) -> None:
     spec = run_issue_job(settings, ISSUE, "d9")
     assert JOB_SPECS.validate_json(JOB_SPECS.dump_json([spec])) == [spec]
+
+
+def _deaf_forwarder(ready: multiprocessing.synchronize.Event) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ready.set()
+    time.sleep(600)
+
+
+class _DeafForwarder(intake.ForwarderProcess):
+    """A forwarder hung where SIGTERM cannot end it."""
+
+    def __init__(self) -> None:
+        self.ready = multiprocessing.get_context("spawn").Event()
+        super().__init__(verbose=False)
+
+    def _start(self) -> multiprocessing.process.BaseProcess:
+        process = self._context.Process(target=_deaf_forwarder, args=(self.ready,), daemon=True)
+        process.start()
+        return process
+
+
+def test_a_hung_forwarder_is_killed_so_its_worker_can_exit(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    forwarder = _DeafForwarder()
+    assert forwarder.ready.wait(30)
+    forwarder.stop()
+    # Python joins a process's children as it exits: none is left to hold the worker.
+    assert multiprocessing.active_children() == []
+    assert "killing it" in caplog.text
