@@ -26,6 +26,7 @@ from bot.agents.process import die_with_parent
 log = logging.getLogger(__name__)
 
 EXIT_MARGIN_S = 2.0  # of the grace period, what the worker keeps for its own exit
+READER_WAIT_S = 1.0  # the longest a command-channel read waits, and so its reader's stop
 _stopping = threading.Event()
 
 
@@ -66,6 +67,21 @@ class BatonWorker(Worker):
         super().heartbeat(timeout, pipeline)
         if self._report_uncontained is not None:
             self._report_uncontained(self.name, (timeout or self.worker_ttl) + 60)
+
+    def subscribe(self) -> None:
+        """Listen on the worker's command channel, with a reader that stops within a second.
+
+        rq's reader waits up to a minute per read, and rq stops it by waiting for it: a
+        reader that saw the unsubscribe before it was told to stop held the exit a
+        minute, past the platform's SIGKILL (redis-py 8 waits with no bound).
+        """
+        log.info("Worker %s: subscribing to channel %s", self.name, self.pubsub_channel_name)
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        # rq declares the thread None until it subscribes.
+        self.pubsub_thread = self.pubsub.run_in_thread(  # type: ignore[assignment]
+            sleep_time=READER_WAIT_S, daemon=True, exception_handler=self._pubsub_exception_handler
+        )
 
     def setup_work_horse_signals(self) -> None:
         """In the horse: die with the worker, and take SIGTERM as a request to wind down.
