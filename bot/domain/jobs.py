@@ -358,14 +358,8 @@ def open_pull_job(issue: IssueRef, attempt: int) -> JobSpec:
 
 def sync_labels_job(issue: IssueRef) -> JobSpec:
     """Return the job that applies the issue's recorded Baton label, retrying for minutes."""
-    return JobSpec(
-        queue=EVENTS,
-        func="jobs.labels.sync_labels",
-        args=(issue.installation_id, issue.repo, issue.number),
-        job_id=job_id("labels", issue.repo, issue.number),
-        timeout_s=SETTLE_TIMEOUT_S,
-        description=f"labels {issue}",
-        retry_intervals_s=(5, 15, 60, 120, 300, 600, 1200),
+    return _issue_repair_job(
+        issue, "labels", "jobs.labels.sync_labels", (5, 15, 60, 120, 300, 600, 1200)
     )
 
 
@@ -375,12 +369,22 @@ def refresh_status_job(issue: IssueRef) -> JobSpec:
     It follows a report put off by the installation's write pace: one per issue,
     whichever report was put off last, as each renders the run as stored.
     """
+    return _issue_repair_job(issue, "status", "jobs.status.refresh_status", (5, 15, 60, 120, 300))
+
+
+def _issue_repair_job(
+    issue: IssueRef, name: str, func: str, retry_intervals_s: tuple[int, ...]
+) -> JobSpec:
+    """Return the one job per issue that brings a thing on GitHub up to the issue's record.
+
+    Its id is the issue's, so scheduling it again moves it rather than adding a copy.
+    """
     return JobSpec(
         queue=EVENTS,
-        func="jobs.status.refresh_status",
+        func=func,
         args=(issue.installation_id, issue.repo, issue.number),
-        job_id=job_id("status", issue.repo, issue.number),
+        job_id=job_id(name, issue.repo, issue.number),
         timeout_s=SETTLE_TIMEOUT_S,
-        description=f"status {issue}",
-        retry_intervals_s=(5, 15, 60, 120, 300),
+        description=f"{name} {issue}",
+        retry_intervals_s=retry_intervals_s,
     )
