@@ -20,19 +20,15 @@ from bot.devkit.maintainer import Maintainer, eventually
 from bot.domain.model import Run, RunState
 from bot.domain.render import AUDIT_HEADING, ESCALATION_MARKER, STATUS_MARKER
 from bot.edges.store import Store
-from tests.e2e.test_loop import (  # maintainer and store act on this module's own stack
+from tests.e2e.test_loop import (
     OPERATOR_TOKEN,
-    _labels_are,
     baton_comments,
-    maintainer,
+    labels_are,
     new_repo,
     queued_issue,
     run_state,
-    store,
 )
 from tests.support import StackSpec
-
-__all__ = ["maintainer", "store"]  # fixtures this module uses
 
 # CI runs every test file there is; a repository whose tests are all gone is green.
 CI = (
@@ -130,7 +126,7 @@ async def test_a_green_pr_that_weakens_its_tests_is_flagged_and_goes_to_review(
     assert run.audit[0].path == TEST_PATH
     await _flagged(maintainer, repo, number, run, kind, TEST_PATH)
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, {"baton:review"}), "the review label"
+        lambda: labels_are(maintainer, repo, number, {"baton:review"}), "the review label"
     )
     assert await _flags_counted(stack, kind) >= 1
 
@@ -159,7 +155,7 @@ async def test_a_clean_fix_gets_no_flag(
     run = await _green(store, repo, number)
     assert run.state is RunState.PUSHED_GREEN and run.audit == []
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, {"baton:review"}), "the review label"
+        lambda: labels_are(maintainer, repo, number, {"baton:review"}), "the review label"
     )
     body = await eventually(
         lambda: _status(maintainer, repo, number, "pushed-green"), "the green status", 30
@@ -207,7 +203,7 @@ async def test_audit_hold_keeps_a_flagged_pr_from_review_and_escalates_it_once(
     run = await eventually(held_and_escalated, "the run held", 90)
     assert run.failure_class == "audit-flagged" and run.escalated
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, {"baton:escalated"}), "the escalated label"
+        lambda: labels_are(maintainer, repo, number, {"baton:escalated"}), "the escalated label"
     )
     [escalation] = await eventually(
         lambda: _escalations(maintainer, repo, number), "the escalation", 30

@@ -19,18 +19,14 @@ from bot.domain.jobs import QUEUES
 from bot.domain.model import RunState
 from bot.domain.render import STATUS_MARKER
 from bot.edges.store import Store
-from tests.e2e.test_loop import (  # maintainer and store act on this module's own stack
-    _labels_are,
+from tests.e2e.test_loop import (
     baton_comments,
+    labels_are,
     latest_run,
-    maintainer,
     new_repo,
     run_state,
-    store,
 )
 from tests.support import StackSpec
-
-__all__ = ["maintainer", "store"]  # fixtures this module uses
 
 # Where a clean issue's calls go, at most, in a repository Baton has worked in before:
 # the label changes (claimed, green, merged: add the new one, take off the one Baton put
@@ -130,7 +126,7 @@ async def test_a_clean_issue_costs_a_call_per_change_from_label_to_merge(
     )
     assert run.state is RunState.PUSHED_GREEN, run.reason
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, {"baton:review"}), "the review label"
+        lambda: labels_are(maintainer, repo, number, {"baton:review"}), "the review label"
     )
     [pr] = [pr for pr in await maintainer.pulls(repo) if pr["number"] == run.pr_number]
     assert pr["body"].startswith(f"Closes #{number}\n")
@@ -144,7 +140,7 @@ async def test_a_clean_issue_costs_a_call_per_change_from_label_to_merge(
         lambda: run_state(store, repo, number, RunState.MERGED), "the merge settling", 60
     )
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, set()), "Baton's labels coming off"
+        lambda: labels_are(maintainer, repo, number, set()), "Baton's labels coming off"
     )
     await settled_down(stack, maintainer)
 

@@ -14,19 +14,17 @@ from bot.edges.store import Store
 from bot.ops.settings import Settings
 from tests.e2e.test_loop import (  # a stack of its own, declared as test_e2e.py's is
     STACK,
-    _attempt_state,
-    _comment_saying,
-    _labels_are,
+    attempt_state,
+    comment_saying,
+    labels_are,
     latest_run,
-    maintainer,
     new_repo,
     queued_issue,
     run_state,
-    store,
     webhooks_lost,
 )
 
-__all__ = ["STACK", "maintainer", "store"]  # its stack's declaration, and fixtures it uses
+__all__ = ["STACK"]  # its stack's declaration
 
 # CI fails while two.txt says "broken"; every other head passes.
 CI = "#!/bin/sh\n! grep -q broken two.txt 2>/dev/null\n"
@@ -88,7 +86,7 @@ async def test_a_three_link_chain_stacks_recovers_a_red_link_and_merges_in_order
             lambda run=run: _manifest_marks(maintainer, repo, run), "the stack manifest", 30
         )
     await eventually(
-        lambda: _comment_saying(maintainer, repo, tracking, "every link is done"),
+        lambda: comment_saying(maintainer, repo, tracking, "every link is done"),
         "the tracking issue's status",
         30,
     )
@@ -141,7 +139,7 @@ async def test_a_merge_that_conflicts_with_a_successor_goes_back_to_its_agent(
     assert first.pr_number is not None
     await maintainer.merge(repo, first.pr_number)
     resolved = await eventually(
-        lambda: _attempt_state(store, repo, links[1], 2, RunState.PUSHED_GREEN),
+        lambda: attempt_state(store, repo, links[1], 2, RunState.PUSHED_GREEN),
         "the conflicted link's continuation going green",
         60,
     )
@@ -159,11 +157,11 @@ async def test_a_dependency_cycle_is_refused_before_anything_runs(
     first, second = await open_links(maintainer, repo, "Depends on #2", "Blocked by #1")
     await maintainer.add_label(repo, first, "baton:queue")
     refusal = await eventually(
-        lambda: _comment_saying(maintainer, repo, first, "refused"), "the refusal"
+        lambda: comment_saying(maintainer, repo, first, "refused"), "the refusal"
     )
     assert "cycle" in refusal["body"] and "#1" in refusal["body"] and "#2" in refusal["body"]
     await eventually(
-        lambda: _labels_are(maintainer, repo, first, {"baton:escalated"}), "the escalated label"
+        lambda: labels_are(maintainer, repo, first, {"baton:escalated"}), "the escalated label"
     )
     assert latest_run(store, repo, first) is None and latest_run(store, repo, second) is None
 
@@ -181,9 +179,9 @@ async def stopped_chain(
     )
     await green(store, repo, links[0])
     await eventually(
-        lambda: _labels_are(maintainer, repo, links[1], {"baton:escalated"}), "link 2 stopping"
+        lambda: labels_are(maintainer, repo, links[1], {"baton:escalated"}), "link 2 stopping"
     )
-    await eventually(lambda: _comment_saying(maintainer, repo, tracking, "held"), "the chain held")
+    await eventually(lambda: comment_saying(maintainer, repo, tracking, "held"), "the chain held")
     return repo, tracking, links
 
 
@@ -195,7 +193,7 @@ async def test_a_requeued_chain_resumes_at_the_stopped_link_on_its_predecessors_
     assert first is not None
     await maintainer.add_label(repo, tracking, "baton:queue")
     resumed = await eventually(
-        lambda: _attempt_state(store, repo, links[1], 2, RunState.PUSHED_GREEN),
+        lambda: attempt_state(store, repo, links[1], 2, RunState.PUSHED_GREEN),
         "link 2 resumed",
         60,
     )
@@ -214,7 +212,7 @@ async def test_a_requeued_chain_refuses_a_predecessor_tip_that_is_gone(
         await maintainer.delete_branch(repo, first.branch)
     await maintainer.add_label(repo, tracking, "baton:queue")
     refusal = await eventually(
-        lambda: _comment_saying(maintainer, repo, links[1], "no longer exists"), "the refusal"
+        lambda: comment_saying(maintainer, repo, links[1], "no longer exists"), "the refusal"
     )
     assert first.branch in refusal["body"] and "base branch" in refusal["body"]
     assert [
@@ -238,7 +236,7 @@ async def test_a_predecessor_that_takes_more_commits_carries_its_successors_alon
         data={"event": "REQUEST_CHANGES", "body": "Say it was reviewed."},
     )
     reviewed = await eventually(
-        lambda: _attempt_state(store, repo, links[0], 2, RunState.PUSHED_GREEN),
+        lambda: attempt_state(store, repo, links[0], 2, RunState.PUSHED_GREEN),
         "link 1 reviewed",
         60,
     )
@@ -271,7 +269,7 @@ async def test_a_chain_whose_links_get_no_checks_completes(
     runs = [await green(store, repo, number) for number in links]
     assert [run.base_branch for run in runs] == ["main", runs[0].branch]
     await eventually(
-        lambda: _comment_saying(maintainer, repo, tracking, "every link is done"),
+        lambda: comment_saying(maintainer, repo, tracking, "every link is done"),
         "the tracking issue's status",
         30,
     )

@@ -10,24 +10,19 @@ from bot.devkit.maintainer import Maintainer, eventually
 from bot.domain.model import Run, RunState
 from bot.edges.store import Store
 from bot.web.app import QUEUE_LABELS_REFRESH_S
-from tests.e2e.test_loop import (  # maintainer and store act on this module's own stack
+from tests.e2e.test_loop import (
     GREETING_FIX,
     PROJECT,
-    _comment_saying,
-    _labels_are,
     baton_comments,
+    comment_saying,
     concluded,
+    labels_are,
     latest_run,
-    maintainer,
     new_repo,
     queued_issue,
     run_state,
-    store,
 )
 from tests.support import StackSpec
-
-__all__ = ["maintainer", "store"]  # fixtures this module uses
-
 
 # A deployment that runs a repository's own setup commands.
 STACK = StackSpec(database=4, env={"BATON_ALLOW_REPO_COMMANDS": "true"})
@@ -107,7 +102,7 @@ async def test_a_repository_runs_no_more_agents_at_once_than_its_slots(
     await eventually(lambda: run_state(store, repo, first, RunState.RUNNING), "the first run")
     second = await queued_issue(maintainer, repo, "Quick", GREETING_FIX)
     waiting = await eventually(
-        lambda: _comment_saying(maintainer, repo, second, "waiting for a run slot"),
+        lambda: comment_saying(maintainer, repo, second, "waiting for a run slot"),
         "the second issue waiting",
     )
     assert "allows 1 agent run at once" in waiting["body"]
@@ -140,10 +135,10 @@ async def test_a_repository_names_its_own_labels(
     number = int(issue["number"])
     await maintainer.add_label(repo, number, "agent:go")
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, {"agent:working"}), "agent:working", 30
+        lambda: labels_are(maintainer, repo, number, {"agent:working"}), "agent:working", 30
     )
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, {"agent:review"}), "agent:review", 60
+        lambda: labels_are(maintainer, repo, number, {"agent:review"}), "agent:review", 60
     )
     assert latest_run(store, repo, int(ignored["number"])) is None
     assert await maintainer.labels(repo, int(ignored["number"])) == {"baton:queue"}
@@ -157,7 +152,7 @@ async def test_a_file_raising_a_limit_is_explained_once_and_starts_nothing(
     repo = await new_repo(maintainer, stack, {**PROJECT, ".github/baton.yml": config})
     number = await queued_issue(maintainer, repo, "Never starts", GREETING_FIX)
     comment = await eventually(
-        lambda: _comment_saying(maintainer, repo, number, "is not valid"), "the config comment"
+        lambda: comment_saying(maintainer, repo, number, "is not valid"), "the config comment"
     )
     assert (
         "- line 2: `max_attempts`: asks for 10, above this deployment's limit of 3 "
@@ -165,14 +160,14 @@ async def test_a_file_raising_a_limit_is_explained_once_and_starts_nothing(
     )
     assert "max_continuations" not in comment["body"]
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, {"baton:escalated"}), "the escalated label"
+        lambda: labels_are(maintainer, repo, number, {"baton:escalated"}), "the escalated label"
     )
     assert latest_run(store, repo, number) is None
     # Queued again with the file unchanged: refused again, with no second comment.
     await maintainer.remove_label(repo, number, "baton:escalated")
     await maintainer.add_label(repo, number, "baton:queue")
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, {"baton:escalated"}), "the second refusal"
+        lambda: labels_are(maintainer, repo, number, {"baton:escalated"}), "the second refusal"
     )
     assert latest_run(store, repo, number) is None
     assert len(await baton_comments(maintainer, repo, number)) == 1

@@ -21,11 +21,8 @@ from bot.devkit.devstack import LocalBaton
 from bot.devkit.maintainer import eventually
 from bot.domain.jobs import AGENTS, EVENTS
 from bot.edges.store import Store
-from tests.e2e.test_loop import store
 from tests.support import StackSpec, payload, post_signed
 from tests.web.test_ingress import ROUTES, Mutation, field_by_field
-
-__all__ = ["store"]  # fixtures this module uses
 
 STACK = StackSpec(database=12)
 PER_ROUTE = 4  # of each route's field-by-field sweep: about fifty deliveries in all

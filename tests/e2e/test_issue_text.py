@@ -20,18 +20,14 @@ from bot.domain.render import STATUS_MARKER
 from bot.edges.store import Store
 from bot.sandbox.auth import ADMIN_LOGIN
 from bot.sandbox.references import closing_references, mentions
-from tests.e2e.test_loop import (  # maintainer and store act on this module's own stack
-    _attempt_state,
-    _issue_closed,
+from tests.e2e.test_loop import (
+    attempt_state,
     baton_comments,
-    maintainer,
+    closed_issue,
     new_repo,
     run_state,
-    store,
 )
 from tests.support import StackSpec
-
-__all__ = ["maintainer", "store"]  # fixtures this module uses
 
 AUTHOR = "octo-author"  # opened the issue; no role on the repository
 
@@ -96,7 +92,7 @@ async def test_an_edit_after_queueing_reaches_the_brief_only_from_a_maintainer(
     await eventually(lambda: status_saying(maintainer, repo, number, said), "the edit noted")
 
     run = await eventually(
-        lambda: _attempt_state(store, repo, number, 2, RunState.PUSHED_GREEN),
+        lambda: attempt_state(store, repo, number, 2, RunState.PUSHED_GREEN),
         "the continuation going green",
         90,
     )
@@ -142,7 +138,7 @@ async def test_the_agents_report_closes_no_other_issue_and_notifies_nobody(
         assert mentions(comment["body"]) == set()
 
     await maintainer.merge(repo, int(pr["number"]))
-    await eventually(lambda: _issue_closed(maintainer, repo, number), "the merge closing it")
+    await eventually(lambda: closed_issue(maintainer, repo, number), "the merge closing it")
     assert (await maintainer.issue(repo, unrelated))["state"] == "open"
 
 
@@ -201,7 +197,7 @@ async def test_a_retry_after_the_author_closes_and_reopens_works_from_the_text_a
 
     await maintainer.comment(repo, number, "/baton retry")
     run = await eventually(
-        lambda: _attempt_state(store, repo, number, 2, RunState.PUSHED_GREEN),
+        lambda: attempt_state(store, repo, number, 2, RunState.PUSHED_GREEN),
         "the retried attempt going green",
         90,
     )

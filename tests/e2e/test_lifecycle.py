@@ -22,18 +22,14 @@ from bot.domain.model import Budget, IssueRef, Run, RunState
 from bot.edges.git import salvage_branch
 from bot.edges.store import Store
 from bot.workflows.attempt import INTERRUPTED
-from tests.e2e.test_loop import (  # maintainer and store act on this module's own stack
-    _attempt_state,
-    _labels_are,
-    maintainer,
+from tests.e2e.test_loop import (
+    attempt_state,
+    labels_are,
     new_repo,
     queued_issue,
-    store,
 )
 from tests.e2e.test_sweep import ON_MACHINES, continued_after_a_death, made_on
 from tests.support import StackSpec, start_machine
-
-__all__ = ["maintainer", "store"]  # fixtures this module uses
 
 GRACE_S = 25  # BATON_SHUTDOWN_GRACE_SECONDS's default, which this stack keeps
 HEROKU_KILL_S = 30  # Heroku: "the process has 30 seconds to shut down cleanly" after SIGTERM
@@ -119,7 +115,7 @@ async def test_a_worker_told_to_stop_hands_its_run_to_another_at_once_for_free(
     )
     issue = IssueRef(installation_id=1, repo=repo, number=number)
     await eventually(
-        lambda: _attempt_state(store, repo, number, 1, RunState.RUNNING), "attempt 1 running", 60
+        lambda: attempt_state(store, repo, number, 1, RunState.RUNNING), "attempt 1 running", 60
     )
     worker = await eventually(
         lambda: asyncio.to_thread(worker_running, stack, issue), "the worker running it"
@@ -133,7 +129,7 @@ async def test_a_worker_told_to_stop_hands_its_run_to_another_at_once_for_free(
             pytest.fail(f"still running {HEROKU_KILL_S} s after SIGTERM:\n{worker.log_tail(80)}")
         assert code == 0, worker.log_tail()
         done = await eventually(
-            lambda: _attempt_state(store, repo, number, 2, RunState.PUSHED_GREEN),
+            lambda: attempt_state(store, repo, number, 2, RunState.PUSHED_GREEN),
             "the continuation",
             60,
         )
@@ -174,7 +170,7 @@ async def test_no_agent_outlives_a_worker_whose_processes_all_die_at_once(
     number = await queued_issue(maintainer, repo, "Die with the machine", "agent: sleep 60")
     issue = IssueRef(installation_id=1, repo=repo, number=number)
     await eventually(
-        lambda: _attempt_state(store, repo, number, 1, RunState.RUNNING), "attempt 1 running", 60
+        lambda: attempt_state(store, repo, number, 1, RunState.RUNNING), "attempt 1 running", 60
     )
     worker: Process = await eventually(
         lambda: asyncio.to_thread(worker_running, stack, issue), "the worker running it"
@@ -200,4 +196,4 @@ async def test_no_agent_outlives_a_worker_whose_processes_all_die_at_once(
         for label in await maintainer.labels(repo, number):  # withdrawn: nothing continues it
             await maintainer.remove_label(repo, number, label)
         start_machine(stack, worker.name)
-    await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels off")
+    await eventually(lambda: labels_are(maintainer, repo, number, set()), "labels off")

@@ -64,17 +64,6 @@ async def browser() -> AsyncIterator[Browser]:
         await chromium.close()
 
 
-@pytest.fixture
-async def maintainer(stack: LocalBaton) -> AsyncIterator[Maintainer]:
-    async with aiohttp.ClientSession() as session:
-        yield Maintainer(session, stack.sandbox_url, stack.admin_token)
-
-
-@pytest.fixture
-def store(stack: LocalBaton) -> Store:
-    return Store.from_url(stack.redis_url)
-
-
 @contextlib.asynccontextmanager
 async def webhooks_lost(maintainer: Maintainer, stack: LocalBaton) -> AsyncIterator[None]:
     """Inside the block GitHub cannot reach Baton: every webhook it sends is lost."""
@@ -145,7 +134,7 @@ async def test_labelled_issue_becomes_a_green_pr_then_merges(
         RunState.PUSHED_GREEN,
     ]
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, {"baton:review"}), "labels settling"
+        lambda: labels_are(maintainer, repo, number, {"baton:review"}), "labels settling"
     )
 
     [pr] = await maintainer.pulls(repo)
@@ -157,14 +146,14 @@ async def test_labelled_issue_becomes_a_green_pr_then_merges(
     assert run.changed_files == ["greeting.txt"]
 
     status = await eventually(
-        lambda: _comment_saying(maintainer, repo, number, "pushed-green"), "the status comment"
+        lambda: comment_saying(maintainer, repo, number, "pushed-green"), "the status comment"
     )
     assert status["body"].startswith(STATUS_MARKER) and run.pr_url in status["body"]
     assert len(await baton_comments(maintainer, repo, number)) == 1
 
     await maintainer.merge(repo, int(pr["number"]))
     closed = await eventually(
-        lambda: _issue_closed(maintainer, repo, number), "the merge closing the issue"
+        lambda: closed_issue(maintainer, repo, number), "the merge closing the issue"
     )
     assert closed["state_reason"] == "completed"
 
@@ -185,17 +174,17 @@ async def test_a_repository_without_ci_goes_to_review_after_the_no_checks_wait(
     assert pushed.state is RunState.PUSHED_PENDING
     assert (green.at - pushed.at).total_seconds() >= 2, "green only after the wait"
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, {"baton:review"}), "labels settling"
+        lambda: labels_are(maintainer, repo, number, {"baton:review"}), "labels settling"
     )
     assert run.pr_number is not None
     said = await eventually(
-        lambda: _comment_saying(maintainer, repo, run.pr_number, "No CI reported"),
+        lambda: comment_saying(maintainer, repo, run.pr_number, "No CI reported"),
         "the PR's status comment",
     )
     assert "no checks are required" in said["body"]
 
 
-async def _issue_closed(maintainer: Maintainer, repo: str, number: int) -> dict[str, Any] | None:
+async def closed_issue(maintainer: Maintainer, repo: str, number: int) -> dict[str, Any] | None:
     issue = await maintainer.issue(repo, number)
     return issue if issue["state"] == "closed" else None
 
@@ -218,7 +207,7 @@ async def test_red_ci_comes_back_to_the_agent_and_goes_green_on_the_same_pr(
     [pr] = await maintainer.pulls(repo)
     assert pr["head"]["sha"] == run.head_sha
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, {"baton:review"}), "labels settling"
+        lambda: labels_are(maintainer, repo, number, {"baton:review"}), "labels settling"
     )
 
     brief = (stack.workdir / "baton" / "runs" / repo / str(number) / "2" / "brief.md").read_text()
@@ -228,14 +217,14 @@ async def test_red_ci_comes_back_to_the_agent_and_goes_green_on_the_same_pr(
 
     # The labels go on before the status comments are written: wait for the comment.
     pr_status = await eventually(
-        lambda: _comment_saying(maintainer, repo, int(pr["number"]), "| 2 | pushed-green |"),
+        lambda: comment_saying(maintainer, repo, int(pr["number"]), "| 2 | pushed-green |"),
         "the PR's status comment at green",
     )
     assert "| 1 | checks-failed |" in pr_status["body"]
     assert len(await baton_comments(maintainer, repo, int(pr["number"]))) == 1
     history = f"{pr['html_url']}#issuecomment-{pr_status['id']}"
     await eventually(  # the issue's comment, written after the PR's, links to it
-        lambda: _comment_saying(maintainer, repo, number, history), "the issue's status comment"
+        lambda: comment_saying(maintainer, repo, number, history), "the issue's status comment"
     )
     assert len(await baton_comments(maintainer, repo, number)) == 1
 
@@ -282,7 +271,7 @@ async def test_requested_changes_come_back_to_the_agent(
         },
     )
     run = await eventually(
-        lambda: _attempt_state(store, repo, number, 2, RunState.PUSHED_GREEN),
+        lambda: attempt_state(store, repo, number, 2, RunState.PUSHED_GREEN),
         "the continuation going green",
         90,
     )
@@ -293,7 +282,7 @@ async def test_requested_changes_come_back_to_the_agent(
     assert len(await maintainer.pulls(repo)) == 1
 
 
-async def _attempt_state(
+async def attempt_state(
     store: Store, repo: str, number: int, attempt: int, state: RunState
 ) -> Run | None:
     run = latest_run(store, repo, number)
@@ -316,7 +305,7 @@ async def test_spent_budget_escalates_once_even_with_every_webhook_delivered_twi
     finally:
         await maintainer.gh.post("/_sandbox/faults", data={"webhooks": {"duplicate_rate": 0.0}})
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, {"baton:escalated"}), "labels settling"
+        lambda: labels_are(maintainer, repo, number, {"baton:escalated"}), "labels settling"
     )
     escalations = [
         c
@@ -334,7 +323,7 @@ async def test_spent_budget_escalates_once_even_with_every_webhook_delivered_twi
     assert "@octo-lead" in text
 
 
-async def _comment_saying(
+async def comment_saying(
     maintainer: Maintainer, repo: str, number: int, text: str
 ) -> dict[str, Any] | None:
     return next(
@@ -359,10 +348,10 @@ async def test_agent_failures_are_retried_then_escalated_without_a_pr(
     assert all(r.agent_result is not None and r.agent_result.exit_code == 3 for r in runs)
     assert await maintainer.pulls(repo) == []
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, {"baton:escalated"}), "labels settling"
+        lambda: labels_are(maintainer, repo, number, {"baton:escalated"}), "labels settling"
     )
     await eventually(
-        lambda: _comment_saying(
+        lambda: comment_saying(
             maintainer, repo, number, "agent-error, and all 3 failed attempts are spent"
         ),
         "the escalation comment",
@@ -462,7 +451,7 @@ async def test_labels_converge_through_injected_502s_on_half_the_label_calls(
             lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the run going green", 60
         )
         await eventually(
-            lambda: _labels_are(maintainer, repo, number, {"baton:review"}), "labels converging", 60
+            lambda: labels_are(maintainer, repo, number, {"baton:review"}), "labels converging", 60
         )
         [rule] = [
             r
@@ -490,7 +479,7 @@ async def _gone(path: Path) -> bool:
     return not path.exists()
 
 
-async def _labels_are(maintainer: Maintainer, repo: str, number: int, labels: set[str]) -> bool:
+async def labels_are(maintainer: Maintainer, repo: str, number: int, labels: set[str]) -> bool:
     try:
         return await maintainer.labels(repo, number) == labels
     except GitHubBroken:
@@ -524,10 +513,10 @@ async def test_merge_settles_the_run_and_cleans_up(
         await maintainer.merge(repo, int(str(run.pr_number)))
         merged = await eventually(lambda: run_state(store, repo, number, RunState.MERGED), "merged")
         assert merged.attempt == run.attempt
-        await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels off")
+        await eventually(lambda: labels_are(maintainer, repo, number, set()), "labels off")
         assert store.lock_holder(IssueRef(installation_id=1, repo=repo, number=number)) is None
         await eventually(
-            lambda: _comment_saying(maintainer, repo, number, "The pull request was merged."),
+            lambda: comment_saying(maintainer, repo, number, "The pull request was merged."),
             "the status comment saying so",
         )
         assert len(await baton_comments(maintainer, repo, number)) == 1
@@ -559,7 +548,7 @@ async def test_closing_a_pr_unmerged_ends_the_run_without_a_requeue(
         data={"state": "closed"},
     )
     await eventually(lambda: run_state(store, repo, number, RunState.CLOSED), "closed")
-    await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels off")
+    await eventually(lambda: labels_are(maintainer, repo, number, set()), "labels off")
     await asyncio.sleep(1)
     assert latest_run(store, repo, number).attempt == run.attempt  # type: ignore[union-attr]
 
@@ -599,7 +588,7 @@ async def test_a_maintainer_stops_a_live_run_and_its_work_is_kept(
     transcript = run.agent_result.transcript_path.read_text()
     assert "wrote greeting.txt" in transcript
     assert "Done: followed the issue's instructions." not in transcript, "stopped mid-sleep"
-    await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels off")
+    await eventually(lambda: labels_are(maintainer, repo, number, set()), "labels off")
     branch = await maintainer.gh.getitem(
         "/repos/{+repo}/branches/{branch}", {"repo": repo, "branch": run.branch}
     )
@@ -624,13 +613,13 @@ async def test_a_withdrawn_issue_gets_no_further_attempt(
     )
     run = await eventually(lambda: run_state(store, repo, number, RunState.FAILED), "red checks")
     await eventually(
-        lambda: _comment_saying(maintainer, repo, number, "a maintainer withdrew the issue"),
+        lambda: comment_saying(maintainer, repo, number, "a maintainer withdrew the issue"),
         "the status comment saying so",
     )
     await asyncio.sleep(1)
     latest = latest_run(store, repo, number)
     assert latest is not None and latest.attempt == run.attempt == 1
-    await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels settling")
+    await eventually(lambda: labels_are(maintainer, repo, number, set()), "labels settling")
 
 
 async def test_wall_clock_caps_continue_from_pushed_work_or_escalate_when_spinning(
@@ -686,7 +675,7 @@ async def test_a_usage_window_halts_the_issue_and_it_resumes_at_the_reset(
     await eventually(lambda: _unlocked(store, issue), "the job releasing the issue's lock")
     await eventually(lambda: _has_label(maintainer, repo, number, "baton:halted"), "halted label")
     await eventually(
-        lambda: _comment_saying(maintainer, repo, number, "resumable at"), "the halt comment"
+        lambda: comment_saying(maintainer, repo, number, "resumable at"), "the halt comment"
     )
     resumed = await eventually(
         lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the resumed run", 60
@@ -694,7 +683,7 @@ async def test_a_usage_window_halts_the_issue_and_it_resumes_at_the_reset(
     assert resumed.attempt == 2 and resumed.continuation_of == 1
     assert resumed.started_at >= halted.resume_at
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, {"baton:review"}), "labels settling"
+        lambda: labels_are(maintainer, repo, number, {"baton:review"}), "labels settling"
     )
 
 
@@ -728,7 +717,7 @@ async def test_a_usage_window_holds_the_accounts_queue_instead_of_failing_it_in_
     ]
     for number in waiting:
         comment = await eventually(
-            lambda number=number: _comment_saying(maintainer, repo, number, "waiting for a usage"),
+            lambda number=number: comment_saying(maintainer, repo, number, "waiting for a usage"),
             "the waiting comment",
             30,
         )
@@ -757,19 +746,19 @@ async def test_an_invalid_repository_file_is_explained_once_and_starts_nothing(
     repo = await new_repo(maintainer, stack, {**PROJECT, ".github/baton.yml": config})
     number = await queued_issue(maintainer, repo, "Never starts", GREETING_FIX)
     comment = await eventually(
-        lambda: _comment_saying(maintainer, repo, number, "is not valid"), "the config comment"
+        lambda: comment_saying(maintainer, repo, number, "is not valid"), "the config comment"
     )
     assert "line 3: `agent.max_turns`: Input should be greater than 0" in comment["body"]
     assert "line 4: `max_atempts`" in comment["body"] and "max_attempts" in comment["body"]
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, {"baton:escalated"}), "the escalated label"
+        lambda: labels_are(maintainer, repo, number, {"baton:escalated"}), "the escalated label"
     )
     assert latest_run(store, repo, number) is None
     # Queued again with the file unchanged: no second comment.
     await maintainer.remove_label(repo, number, "baton:escalated")
     await maintainer.add_label(repo, number, "baton:queue")
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, {"baton:escalated"}), "the second refusal"
+        lambda: labels_are(maintainer, repo, number, {"baton:escalated"}), "the second refusal"
     )
     assert len(await baton_comments(maintainer, repo, number)) == 1
 
@@ -781,7 +770,7 @@ async def test_the_repositorys_cost_cap_stops_further_attempts(
     repo = await new_repo(maintainer, stack, files)
     number = await queued_issue(maintainer, repo, "Expensive", "agent: fail-costing 1.5")
     escalation = await eventually(
-        lambda: _comment_saying(maintainer, repo, number, "Baton stopped working"),
+        lambda: comment_saying(maintainer, repo, number, "Baton stopped working"),
         "the cost-cap escalation",
         60,
     )
@@ -842,7 +831,7 @@ async def test_a_halt_survives_stopping_every_process_and_redis(tmp_path: Path) 
         redis_process.stop()
 
 
-async def _reacted(maintainer: Maintainer, repo: str, comment_id: int) -> list[str] | None:
+async def reacted(maintainer: Maintainer, repo: str, comment_id: int) -> list[str] | None:
     return await maintainer.reactions(repo, comment_id) or None
 
 
@@ -864,7 +853,7 @@ async def test_maintainers_steer_baton_from_comments_and_others_cannot(
     async def command(body: str, author: str) -> list[str]:
         posted = await maintainer.comment(repo, number, body, as_user=author)
         return await eventually(
-            lambda: _reacted(maintainer, repo, int(posted["id"])), f"{body!r} acknowledged"
+            lambda: reacted(maintainer, repo, int(posted["id"])), f"{body!r} acknowledged"
         )
 
     # A reader is refused, whatever the command; nothing changes.
@@ -902,11 +891,11 @@ async def test_a_paused_repository_settles_but_admits_nothing_until_resumed(
     await maintainer.grant(repo, "octo-reader", "read")
     refused = await maintainer.comment(repo, settling, "/baton pause", as_user="octo-reader")
     assert await eventually(
-        lambda: _reacted(maintainer, repo, int(refused["id"])), "the reader refused"
+        lambda: reacted(maintainer, repo, int(refused["id"])), "the reader refused"
     ) == ["confused"]
     assert store.paused_since(repo) is None
     pause = await maintainer.comment(repo, settling, "/baton pause")
-    await eventually(lambda: _reacted(maintainer, repo, int(pause["id"])), "the pause")
+    await eventually(lambda: reacted(maintainer, repo, int(pause["id"])), "the pause")
     held = await queued_issue(maintainer, repo, "Held by the pause", GREETING_FIX)
     await eventually(
         lambda: run_state(store, repo, settling, RunState.PUSHED_GREEN), "settling while paused"
@@ -918,11 +907,11 @@ async def test_a_paused_repository_settles_but_admits_nothing_until_resumed(
     assert latest_run(store, repo, held) is None
     refused = await maintainer.comment(repo, settling, "/baton resume", as_user="octo-reader")
     assert await eventually(
-        lambda: _reacted(maintainer, repo, int(refused["id"])), "the reader refused"
+        lambda: reacted(maintainer, repo, int(refused["id"])), "the reader refused"
     ) == ["confused"]
     assert store.paused_since(repo) is not None
     resume = await maintainer.comment(repo, settling, "/baton resume")
-    assert await eventually(lambda: _reacted(maintainer, repo, int(resume["id"])), "resume") == [
+    assert await eventually(lambda: reacted(maintainer, repo, int(resume["id"])), "resume") == [
         "+1"
     ]
     await eventually(
@@ -1039,7 +1028,7 @@ async def test_work_that_carries_a_credential_is_never_pushed_and_escalates_once
     number = await queued_issue(maintainer, repo, "Carries a key", body)
     # The status comment may say why before the escalation is posted: wait for the one.
     comment = await eventually(
-        lambda: _comment_saying(maintainer, repo, number, "stopped working"),
+        lambda: comment_saying(maintainer, repo, number, "stopped working"),
         "the escalation",
         60,
     )
@@ -1049,7 +1038,7 @@ async def test_work_that_carries_a_credential_is_never_pushed_and_escalates_once
     run = latest_run(store, repo, number)
     assert run is not None and run.failure_class == "credential-found"
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, {"baton:escalated"}), "the escalated label"
+        lambda: labels_are(maintainer, repo, number, {"baton:escalated"}), "the escalated label"
     )
     with pytest.raises(BadRequest) as missing:  # nothing of the attempt left the machine
         await maintainer.gh.getitem(

@@ -21,17 +21,13 @@ from bot.devkit.maintainer import Maintainer, eventually
 from bot.domain.jobs import EVENTS
 from bot.domain.model import IssueRef, Run, RunState
 from bot.edges.store import Store
-from tests.e2e.test_loop import (  # maintainer and store act on this module's own stack
-    _attempt_state,
-    maintainer,
+from tests.e2e.test_loop import (
+    attempt_state,
     new_repo,
     queued_issue,
     run_state,
-    store,
 )
 from tests.support import StackSpec
-
-__all__ = ["maintainer", "store"]  # fixtures this module uses
 
 STACK = StackSpec(database=10)
 
@@ -94,7 +90,7 @@ async def test_a_push_that_conflicts_sends_the_pull_request_back_to_its_agent(
         repo, {"shared.txt": "from a maintainer\n"}, stack.workdir, "Shared by hand"
     )
     resolved = await eventually(
-        lambda: _attempt_state(store, repo, number, 2, RunState.PUSHED_GREEN),
+        lambda: attempt_state(store, repo, number, 2, RunState.PUSHED_GREEN),
         "the merge-conflict continuation going green",
         90,
     )

@@ -19,22 +19,18 @@ from bot.devkit.maintainer import Maintainer, eventually
 from bot.domain.model import IssueRef, Run, RunState
 from bot.domain.render import ESCALATION_MARKER
 from bot.edges.store import Store
-from tests.e2e.test_loop import (  # maintainer and store act on this module's own stack
+from tests.e2e.test_loop import (
     PROJECT,
-    _attempt_state,
-    _labels_are,
+    attempt_state,
     baton_comments,
+    labels_are,
     latest_run,
-    maintainer,
     new_repo,
     queued_issue,
     run_state,
-    store,
 )
 from tests.e2e.test_steering import logged
 from tests.support import StackSpec
-
-__all__ = ["maintainer", "store"]  # fixtures this module uses
 
 STACK = StackSpec(database=9)
 RED_THEN_GREEN = "agent@1: write greeting.txt goodbye\nagent@2: write greeting.txt hello"
@@ -100,7 +96,7 @@ async def test_the_check_run_follows_a_red_then_green_continuation(
     number = await queued_issue(maintainer, repo, "Greet properly", body)
 
     # While attempt 2 works, the red head's check run says so, still in progress.
-    await eventually(lambda: _attempt_state(store, repo, number, 2, RunState.RUNNING), "attempt 2")
+    await eventually(lambda: attempt_state(store, repo, number, 2, RunState.RUNNING), "attempt 2")
     red = run_of(store, repo, number, 1)
     assert red.failure_class == "checks-failed" and red.head_sha is not None
     working = await eventually(
@@ -186,7 +182,7 @@ async def test_a_rerun_is_a_retry_from_whoever_asks_with_their_role_judged(
 
     await maintainer.as_user("octo-writer").rerequest_check_run(repo, asked["id"])
     retried = await eventually(
-        lambda: _attempt_state(store, repo, number, 3, RunState.PUSHED_GREEN), "the retry", 90
+        lambda: attempt_state(store, repo, number, 3, RunState.PUSHED_GREEN), "the retry", 90
     )
     assert (retried.continuation_of, retried.pr_number) == (2, second.pr_number)
     assert logged(stack, f"{repo}#{number}: @octo-writer's re-run retries it")
@@ -199,7 +195,7 @@ async def test_a_rerun_is_a_retry_from_whoever_asks_with_their_role_judged(
     assert (closed["conclusion"], action["id"]) == ("neutral", asked["id"])
     assert closed["output"]["title"].startswith("Superseded")
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, {"baton:review"}), "the review label"
+        lambda: labels_are(maintainer, repo, number, {"baton:review"}), "the review label"
     )
 
 
@@ -261,11 +257,11 @@ async def test_a_draft_is_ready_for_review_once_green_and_stays_ready(
     )
 
     # Red: the pull request stays a draft while the agent works on it again.
-    await eventually(lambda: _attempt_state(store, repo, red_first, 2, RunState.RUNNING), "red")
+    await eventually(lambda: attempt_state(store, repo, red_first, 2, RunState.RUNNING), "red")
     pull = run_of(store, repo, red_first, 1).pr_number
     assert pull is not None and await draft(maintainer, repo, pull, True)
     await eventually(
-        lambda: _attempt_state(store, repo, red_first, 2, RunState.PUSHED_GREEN), "green", 90
+        lambda: attempt_state(store, repo, red_first, 2, RunState.PUSHED_GREEN), "green", 90
     )
     await eventually(lambda: draft(maintainer, repo, pull, False), "ready for review")
     [ready] = await marked_ready(maintainer, repo, pull)
@@ -273,13 +269,13 @@ async def test_a_draft_is_ready_for_review_once_green_and_stays_ready(
 
     # Green at once, then changes requested: the continuation leaves it ready.
     first = await eventually(
-        lambda: _attempt_state(store, repo, reviewed, 1, RunState.PUSHED_GREEN), "green", 90
+        lambda: attempt_state(store, repo, reviewed, 1, RunState.PUSHED_GREEN), "green", 90
     )
     assert first.pr_number is not None
     await eventually(lambda: draft(maintainer, repo, int(first.pr_number), False), "ready")
     await maintainer.review(repo, first.pr_number, "REQUEST_CHANGES", "Greet me too.", [])
     await eventually(
-        lambda: _attempt_state(store, repo, reviewed, 2, RunState.PUSHED_GREEN), "again", 90
+        lambda: attempt_state(store, repo, reviewed, 2, RunState.PUSHED_GREEN), "again", 90
     )
     assert await draft(maintainer, repo, first.pr_number, False)
     assert len(await marked_ready(maintainer, repo, first.pr_number)) == 1

@@ -14,18 +14,14 @@ from bot.devkit.maintainer import Maintainer, eventually
 from bot.domain.model import RunState
 from bot.edges.store import Store
 from bot.ops.metrics import CONTENT_TYPE
-from tests.e2e.test_loop import (  # maintainer and store act on this module's own stack
+from tests.e2e.test_loop import (
     GREETING_FIX,
-    maintainer,
     new_repo,
     queued_issue,
     run_state,
-    store,
 )
 from tests.ops.test_metrics import samples
 from tests.support import StackSpec
-
-__all__ = ["maintainer", "store"]  # fixtures this module uses
 
 OPERATOR_TOKEN = "operator-" + secrets.token_hex(16)
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -16,16 +16,14 @@ from bot.domain.model import RunState
 from bot.domain.render import DRAFTS_REFUSED_LINE
 from bot.edges.store import Store
 from bot.sandbox.auth import APP_CLIENT_ID
-from tests.e2e.test_loop import (  # maintainer and store act on this module's own stack
+from tests.e2e.test_loop import (
     GREETING_FIX,
     PROJECT,
-    _attempt_state,
-    _labels_are,
+    attempt_state,
     baton_comments,
-    maintainer,
+    labels_are,
     new_repo,
     queued_issue,
-    store,
 )
 from tests.e2e.test_native import (
     RED_TWICE_THEN_GREEN,
@@ -35,8 +33,6 @@ from tests.e2e.test_native import (
 )
 from tests.e2e.test_steering import logged
 from tests.support import StackSpec, sweep
-
-__all__ = ["maintainer", "store"]  # fixtures this module uses
 
 STACK = StackSpec(database=1, env={"GITHUB_APP_ID": APP_CLIENT_ID})
 NO_CI = {"README.md": "# demo\n", "greeting.txt": "hi\n"}
@@ -61,14 +57,14 @@ async def test_no_ci_but_a_linters_queued_suite_goes_green(
     repo = await new_repo(maintainer, stack, NO_CI)
     number = await queued_issue(maintainer, repo, "Greet properly", GREETING_FIX)
     green = await eventually(
-        lambda: _attempt_state(store, repo, number, 1, RunState.PUSHED_GREEN), "green", 90
+        lambda: attempt_state(store, repo, number, 1, RunState.PUSHED_GREEN), "green", 90
     )
     on_head = await suites(maintainer, repo, str(green.head_sha))
     assert ("sandbox-lint", "queued", 0) in [
         (s["app"]["slug"], s["status"], s["latest_check_runs_count"]) for s in on_head
     ]
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, {"baton:review"}), "the review label"
+        lambda: labels_are(maintainer, repo, number, {"baton:review"}), "the review label"
     )
 
 
@@ -78,7 +74,7 @@ async def test_with_a_client_id_batons_own_check_run_is_not_ci(
     repo = await new_repo(maintainer, stack)
     number = await queued_issue(maintainer, repo, "Greet properly", GREETING_FIX)
     green = await eventually(
-        lambda: _attempt_state(store, repo, number, 1, RunState.PUSHED_GREEN), "green", 90
+        lambda: attempt_state(store, repo, number, 1, RunState.PUSHED_GREEN), "green", 90
     )
     await eventually(
         lambda: baton_check(maintainer, repo, str(green.head_sha), "Green", "success"),
@@ -94,7 +90,7 @@ async def test_a_draft_refused_on_github_free_opens_as_a_normal_pull_request(
     repo = str(made["full_name"])
     number = await queued_issue(maintainer, repo, "Greet properly", GREETING_FIX)
     green = await eventually(
-        lambda: _attempt_state(store, repo, number, 1, RunState.PUSHED_GREEN), "green", 90
+        lambda: attempt_state(store, repo, number, 1, RunState.PUSHED_GREEN), "green", 90
     )
     assert green.pr_number is not None and green.drafts_refused
     pull = await maintainer.pull(repo, green.pr_number)
@@ -122,7 +118,7 @@ async def test_re_run_all_checks_of_batons_suite_is_a_retry(
 
     await maintainer.as_user("octo-writer").rerequest_check_suite(repo, asked["check_suite"]["id"])
     retried = await eventually(
-        lambda: _attempt_state(store, repo, number, 3, RunState.PUSHED_GREEN), "the retry", 90
+        lambda: attempt_state(store, repo, number, 3, RunState.PUSHED_GREEN), "the retry", 90
     )
     assert (retried.continuation_of, retried.pr_number) == (2, second.pr_number)
     assert logged(stack, f"{repo}#{number}: @octo-writer's re-run retries it")
@@ -138,7 +134,7 @@ async def test_a_failed_ready_for_review_is_asked_again_by_the_sweep(
     await maintainer.gh.post("/_sandbox/faults", data=fault)
     number = await queued_issue(maintainer, repo, "Greet properly", GREETING_FIX)
     green = await eventually(
-        lambda: _attempt_state(store, repo, number, 1, RunState.PUSHED_GREEN), "green", 90
+        lambda: attempt_state(store, repo, number, 1, RunState.PUSHED_GREEN), "green", 90
     )
     assert green.pr_number is not None
 

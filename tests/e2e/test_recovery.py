@@ -16,20 +16,16 @@ from bot.devkit.devstack import LocalBaton
 from bot.devkit.maintainer import Maintainer, eventually
 from bot.domain.model import IssueRef, Run, RunState
 from bot.edges.store import Store, keys
-from tests.e2e.test_loop import (  # maintainer and store act on this module's own stack
+from tests.e2e.test_loop import (
     GREETING_FIX,
     PROJECT,
-    _labels_are,
     baton_comments,
-    maintainer,
+    labels_are,
     new_repo,
     queued_issue,
     run_state,
-    store,
 )
 from tests.support import StackSpec, sweep
-
-__all__ = ["maintainer", "store"]  # fixtures this module uses
 
 # The sweep is put off for a day: each test runs it when it means to, as `baton sweep`.
 STACK = StackSpec(database=21, env={"BATON_SWEEP_INTERVAL_SECONDS": "86400"})
@@ -87,7 +83,7 @@ async def test_an_issue_shown_in_progress_with_no_run_is_handed_back_by_the_swee
     issue = IssueRef(installation_id=1, repo=repo, number=number)
     said = await asyncio.to_thread(sweep, stack)
     assert f"stuck {issue}" in said, said
-    await eventually(lambda: _labels_are(maintainer, repo, number, set()), "the label off")
+    await eventually(lambda: labels_are(maintainer, repo, number, set()), "the label off")
     comments = await maintainer.gh.getitem(
         "/repos/{+repo}/issues/{number}/comments", {"repo": repo, "number": number}
     )

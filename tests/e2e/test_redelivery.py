@@ -17,17 +17,13 @@ from bot.devkit.devstack import LocalBaton
 from bot.devkit.maintainer import Maintainer, eventually
 from bot.domain.model import IssueRef, RunState
 from bot.edges.store import Store
-from tests.e2e.test_loop import (  # maintainer and store act on this module's own stack
+from tests.e2e.test_loop import (
     GREETING_FIX,
-    maintainer,
     new_repo,
     queued_issue,
     run_state,
-    store,
 )
 from tests.support import StackSpec
-
-__all__ = ["maintainer", "store"]  # fixtures this module uses
 
 # The sweep is put off for a day: what brings the lost label back is the redelivery.
 STACK = StackSpec(database=20, env={"BATON_SWEEP_INTERVAL_SECONDS": "86400"})

@@ -12,21 +12,17 @@ from bot.devkit.devstack import LocalBaton
 from bot.devkit.maintainer import Maintainer, eventually
 from bot.domain.model import IssueRef, RunState
 from bot.edges.store import Store
-from tests.e2e.test_loop import (  # maintainer and store act on this module's own stack
+from tests.e2e.test_loop import (
     GREETING_FIX,
     baton_comments,
     latest_run,
-    maintainer,
     new_repo,
     queued_issue,
     run_state,
-    store,
 )
 from tests.e2e.test_observability import OPERATOR_TOKEN, Samples, scrape, value
 from tests.support import StackSpec
 from tests.web.test_status_page import section, shown_text
-
-__all__ = ["maintainer", "store"]  # fixtures this module uses
 
 STACK = StackSpec(
     database=14,

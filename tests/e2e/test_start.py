@@ -17,21 +17,17 @@ from bot.devkit.maintainer import Maintainer, eventually
 from bot.domain.model import IssueRef, RunState
 from bot.domain.render import STATUS_MARKER
 from bot.edges.store import Store
-from tests.e2e.test_loop import (  # maintainer and store act on this module's own stack
+from tests.e2e.test_loop import (
     GREETING_FIX,
-    _labels_are,
-    _reacted,
     baton_comments,
+    labels_are,
     latest_run,
-    maintainer,
     new_repo,
+    reacted,
     run_state,
-    store,
 )
 from tests.e2e.test_steering import logged
 from tests.support import StackSpec
-
-__all__ = ["maintainer", "store"]  # fixtures this module uses
 
 SCRIPTED_AIDER = Path(__file__).parents[1] / "stand_ins" / "scripted_aider"
 
@@ -62,7 +58,7 @@ async def test_a_writers_start_queues_the_issue_and_a_readers_changes_nothing(
     async def command(body: str, author: str) -> list[str]:
         posted = await maintainer.comment(repo, number, body, as_user=author)
         return await eventually(
-            lambda: _reacted(maintainer, repo, int(posted["id"])), f"{body!r} acknowledged"
+            lambda: reacted(maintainer, repo, int(posted["id"])), f"{body!r} acknowledged"
         )
 
     # A reader's start is refused: no label, no run, no word but the reaction.
@@ -91,7 +87,7 @@ async def test_a_writers_start_queues_the_issue_and_a_readers_changes_nothing(
         if event["event"] == "labeled"
     ]
     assert labelled[0] == ("baton[bot]", "baton:queue")
-    await eventually(lambda: _labels_are(maintainer, repo, number, {"baton:review"}), "review")
+    await eventually(lambda: labels_are(maintainer, repo, number, {"baton:review"}), "review")
     [pull] = await maintainer.pulls(repo)
     assert pull["head"]["sha"] == run.head_sha
     assert [(r.attempt, r.state) for r in store.runs(issue)] == [(1, RunState.PUSHED_GREEN)]
@@ -148,7 +144,7 @@ async def test_a_start_a_pause_held_runs_as_the_steerer_queued_it_when_resumed(
     async def command(body: str) -> list[str]:
         posted = await maintainer.comment(repo, number, body, as_user="octo-writer")
         return await eventually(
-            lambda: _reacted(maintainer, repo, int(posted["id"])), f"{body!r} acknowledged"
+            lambda: reacted(maintainer, repo, int(posted["id"])), f"{body!r} acknowledged"
         )
 
     assert await command("/baton pause") == ["+1"]

@@ -20,22 +20,18 @@ from bot.devkit.maintainer import Maintainer, eventually
 from bot.domain.jobs import EVENTS
 from bot.domain.model import IssueRef, RunState
 from bot.edges.store import Store
-from tests.e2e.test_loop import (  # maintainer and store act on this module's own stack
+from tests.e2e.test_loop import (
     GREETING_FIX,
-    _attempt_state,
-    _labels_are,
+    attempt_state,
     baton_comments,
+    labels_are,
     latest_run,
-    maintainer,
     new_repo,
     queued_issue,
     run_state,
-    store,
     webhooks_lost,
 )
 from tests.support import StackSpec, post_signed, sweep
-
-__all__ = ["maintainer", "store"]  # fixtures this module uses
 
 TRUSTED_BOT = "octo-helper[bot]"
 GRANT_CAP = 5
@@ -94,7 +90,7 @@ async def test_a_readers_review_and_a_triagers_label_change_nothing_but_say_so(
     first = await eventually(
         lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the PR going green", 90
     )
-    await eventually(lambda: _labels_are(maintainer, repo, number, {"baton:review"}), "review")
+    await eventually(lambda: labels_are(maintainer, repo, number, {"baton:review"}), "review")
     said_before = [c["id"] for c in await baton_comments(maintainer, repo, number)]
 
     # A reader may review on GitHub; Baton does not act on it.
@@ -189,7 +185,7 @@ async def test_one_review_under_many_delivery_ids_makes_one_continuation(
         )
         assert [status for status, _ in answers] == [202, 202, 202]
         second = await eventually(
-            lambda: _attempt_state(store, repo, number, 2, RunState.PUSHED_GREEN),
+            lambda: attempt_state(store, repo, number, 2, RunState.PUSHED_GREEN),
             "the one continuation going green",
             90,
         )
@@ -231,7 +227,7 @@ async def _review_delivery(maintainer: Maintainer, repo: str, review_id: int) ->
     raise AssertionError(f"{repo}: no delivery of review {review_id}")
 
 
-async def _reacted(maintainer: Maintainer, repo: str, comment_id: int) -> list[str] | None:
+async def reacted(maintainer: Maintainer, repo: str, comment_id: int) -> list[str] | None:
     return await maintainer.reactions(repo, comment_id) or None
 
 
@@ -248,7 +244,7 @@ async def test_commands_come_from_text_lines_ending_in_either_newline_within_the
 
     quoted = await writer.comment(repo, number, "To stop it, say:\r\n```\r\n/baton stop\r\n```\r\n")
     stop = await writer.comment(repo, number, "Stopping it.\r\n/baton stop\r\nThanks!\r\n")
-    assert await eventually(lambda: _reacted(maintainer, repo, int(stop["id"])), "stop") == ["+1"]
+    assert await eventually(lambda: reacted(maintainer, repo, int(stop["id"])), "stop") == ["+1"]
     stopped = await eventually(
         lambda: run_state(store, repo, number, RunState.KILLED), "the stopped run", 30
     )
@@ -257,13 +253,13 @@ async def test_commands_come_from_text_lines_ending_in_either_newline_within_the
 
     issue = IssueRef(installation_id=1, repo=repo, number=number)
     asked = await writer.comment(repo, number, "/baton budget +4\r\n")
-    assert await eventually(lambda: _reacted(maintainer, repo, int(asked["id"])), "+4") == ["+1"]
+    assert await eventually(lambda: reacted(maintainer, repo, int(asked["id"])), "+4") == ["+1"]
     reply = await eventually(
         lambda: _baton_saying(maintainer, repo, number, "Granted 4 more"), "the grant's reply"
     )
     assert f"4 of the {GRANT_CAP} a maintainer may grant this issue are given, 1 left" in reply
     too_many = await writer.comment(repo, number, "/baton budget +2")
-    assert await eventually(lambda: _reacted(maintainer, repo, int(too_many["id"])), "+2") == [
+    assert await eventually(lambda: reacted(maintainer, repo, int(too_many["id"])), "+2") == [
         "confused"
     ]
     refusal = await eventually(

@@ -29,23 +29,18 @@ from bot.edges.queue import Dispatcher
 from bot.edges.store import Store
 from bot.ops.settings import Settings
 from tests.conftest import RedisServer
-from tests.e2e.test_loop import (  # maintainer and store act on this module's own stack
+from tests.e2e.test_loop import (
     GREETING_FIX,
     PROJECT,
-    _attempt_state,
-    _labels_are,
+    attempt_state,
+    labels_are,
     latest_run,
-    maintainer,
     new_repo,
     queued_issue,
     run_state,
-    store,
     webhooks_lost,
 )
 from tests.support import SCRIPTED_AGENT, StackSpec, disk, start_machine, started, sweep
-
-__all__ = ["maintainer", "store"]  # fixtures this module uses
-
 
 # What a stack of machines runs with: a short lease and checkpoint, so deaths show quickly.
 ON_MACHINES = {
@@ -184,7 +179,7 @@ async def killed_mid_run(
     """SIGKILL the worker (and its work horse) while the given attempt's agent runs."""
     issue = IssueRef(installation_id=1, repo=repo, number=number)
     await eventually(
-        lambda: _attempt_state(store, issue.repo, issue.number, attempt, RunState.RUNNING),
+        lambda: attempt_state(store, issue.repo, issue.number, attempt, RunState.RUNNING),
         f"attempt {attempt} running",
         60,
     )
@@ -211,7 +206,7 @@ async def continued_after_a_death(
     try:
         await sweep_until(stack, "orphaned")
         done = await eventually(
-            lambda: _attempt_state(
+            lambda: attempt_state(
                 store, issue.repo, issue.number, attempt + 1, RunState.PUSHED_GREEN
             ),
             "the continuation",
@@ -253,7 +248,7 @@ async def test_an_orphan_a_maintainer_withdrew_is_not_requeued(
     number = await queued_issue(maintainer, repo, "Withdrawn while dying", "agent: sleep 60")
     killed = await killed_mid_run(stack, store, repo, number, 1)
     await eventually(
-        lambda: _labels_are(maintainer, repo, number, {"baton:in-progress"}), "in progress"
+        lambda: labels_are(maintainer, repo, number, {"baton:in-progress"}), "in progress"
     )
     try:
         for label in await maintainer.labels(repo, number):
@@ -261,7 +256,7 @@ async def test_an_orphan_a_maintainer_withdrew_is_not_requeued(
         await sweep_until(stack, "orphaned")
     finally:
         start_machine(stack, killed.name)
-    await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels released")
+    await eventually(lambda: labels_are(maintainer, repo, number, set()), "labels released")
     await asyncio.sleep(1)
     runs = store.runs(IssueRef(installation_id=1, repo=repo, number=number))
     assert [run.attempt for run in runs] == [1]
@@ -300,7 +295,7 @@ async def test_a_lost_merge_webhook_for_a_green_pr_is_settled_by_the_sweep(
         assert await run_state(store, repo, number, RunState.PUSHED_GREEN) is not None
         await sweep_until(stack, f"settled {repo}#{number}")
         await eventually(lambda: run_state(store, repo, number, RunState.MERGED), "merged")
-        await eventually(lambda: _labels_are(maintainer, repo, number, set()), "labels off")
+        await eventually(lambda: labels_are(maintainer, repo, number, set()), "labels off")
 
 
 @contextlib.contextmanager
@@ -468,7 +463,7 @@ async def test_an_installation_near_its_rate_limit_pauses_its_sweeps_while_a_run
         printed = await asyncio.to_thread(sweep, stack)
         assert "paused installation 1" in printed, printed
         await eventually(
-            lambda: _labels_are(maintainer, repo, number, {"baton:review"}), "the run's labels"
+            lambda: labels_are(maintainer, repo, number, {"baton:review"}), "the run's labels"
         )
     finally:
         await maintainer.set_rate_limit(5000)
@@ -519,7 +514,7 @@ async def test_a_dead_machines_issue_is_taken_over_by_the_clock_and_no_agent_of_
             )
             issue = IssueRef(installation_id=1, repo=repo, number=number)
             await eventually(
-                lambda: _attempt_state(store, repo, number, 1, RunState.RUNNING), "running", 60
+                lambda: attempt_state(store, repo, number, 1, RunState.RUNNING), "running", 60
             )
             dead = await eventually(
                 lambda: asyncio.to_thread(worker_running, machines, issue), "its worker"
@@ -533,7 +528,7 @@ async def test_a_dead_machines_issue_is_taken_over_by_the_clock_and_no_agent_of_
                     os.kill(pid, signal.SIGKILL)
             dead.popen.wait()
             done = await eventually(
-                lambda: _attempt_state(store, repo, number, 2, RunState.PUSHED_GREEN),
+                lambda: attempt_state(store, repo, number, 2, RunState.PUSHED_GREEN),
                 "the continuation on the other machine",
                 240,
             )

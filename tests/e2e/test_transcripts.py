@@ -22,10 +22,8 @@ from bot.domain.model import IssueRef, RunState
 from bot.edges.store import Store
 from bot.web.status_page import transcript_url
 from tests.claude_stream import DENIED, claude_code_said
-from tests.e2e.test_loop import GREETING_FIX, maintainer, new_repo, queued_issue, run_state, store
+from tests.e2e.test_loop import GREETING_FIX, new_repo, queued_issue, run_state
 from tests.support import StackSpec, disk
-
-__all__ = ["maintainer", "store"]  # fixtures this module uses
 
 OPERATOR_TOKEN = "operator-token-of-the-transcripts-stack-long-enough"
 STACK = StackSpec(
