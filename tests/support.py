@@ -128,8 +128,13 @@ def start_machine(
 
 def sweep(stack: LocalBaton) -> str:
     """Run `baton sweep` as an operator would; return what it printed."""
+    return baton_command(stack, "sweep")
+
+
+def baton_command(stack: LocalBaton, command: str) -> str:
+    """Run `baton COMMAND` on the stack as an operator would; return what it printed."""
     result = subprocess.run(
-        [sys.executable, "-m", "bot", "sweep"],
+        [sys.executable, "-m", "bot", command],
         env=stack.baton_env(),
         capture_output=True,
         text=True,

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
-import sys
 
 from bot.devkit.devstack import LocalBaton
 from bot.devkit.maintainer import Maintainer, eventually
@@ -23,25 +21,11 @@ from tests.e2e.test_loop import (
     queued_issue,
     run_state,
 )
-from tests.support import StackSpec
+from tests.support import StackSpec, baton_command
 
 # The sweep is put off for a day: what brings the lost label back is the redelivery.
 STACK = StackSpec(database=20, env={"BATON_SWEEP_INTERVAL_SECONDS": "86400"})
 CLOSED_PORT = "http://127.0.0.1:9/webhook"  # Baton down: nothing listens there
-
-
-def redeliver(stack: LocalBaton) -> str:
-    """Run `baton redeliver` as an operator would; return what it printed."""
-    done = subprocess.run(
-        [sys.executable, "-m", "bot", "redeliver"],
-        env=stack.baton_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 async def test_a_label_lost_while_baton_was_down_is_delivered_again_once(
@@ -62,14 +46,14 @@ async def test_a_label_lost_while_baton_was_down_is_delivered_again_once(
     issue = IssueRef(installation_id=1, repo=repo, number=number)
     assert store.latest_run(issue) is None, "nothing came of the lost delivery yet"
 
-    said = await asyncio.to_thread(redeliver, stack)
+    said = await asyncio.to_thread(baton_command, stack, "redeliver")
     # The label's event, and any other the closed port lost meanwhile (the issue's opening).
     asked = re.search(r"asked again (\d+),", said)
     assert asked is not None and int(asked[1]) >= 1, said
     await eventually(
         lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the redelivered run", 60
     )
-    again = await asyncio.to_thread(redeliver, stack)
+    again = await asyncio.to_thread(baton_command, stack, "redeliver")
     assert "asked again 0," in again, again
     assert len(store.runs(issue)) == 1, "the event was acted on once"
     redelivered = await maintainer.gh.getitem("/_sandbox/deliveries?event=issues&action=labeled")
