@@ -1045,16 +1045,8 @@ async def test_work_that_carries_a_credential_is_never_pushed_and_escalates_once
             "/repos/{+repo}/branches/{+branch}", {"repo": repo, "branch": run.branch}
         )
     assert missing.value.status_code == 404
-    assert (
-        len(
-            [
-                c
-                for c in await baton_comments(maintainer, repo, number)
-                if "stopped working" in c["body"]
-            ]
-        )
-        == 1
-    )
+    comments = await baton_comments(maintainer, repo, number)
+    assert len([c for c in comments if "stopped working" in c["body"]]) == 1, "escalated once"
 
 
 async def test_the_agents_report_reaches_its_pull_request_with_credentials_masked(
