@@ -11,16 +11,15 @@ from gidgethub.sansio import Event
 
 from bot.domain.commands import ignored_bot
 from bot.domain.jobs import rerun_job, settle_head_job
-from bot.edges.git import BRANCH_PREFIX, SALVAGE_PREFIX
+from bot.edges.git import BRANCH_PREFIX
 from bot.web.delivery import HandlerContext
 
 router = Router()
 
 
 def _settle(event: Event, ctx: HandlerContext, head_sha: str, branches: list[str]) -> None:
-    ours = [branch for branch in branches if branch.startswith(BRANCH_PREFIX)]
-    if not ours or all(branch.startswith(SALVAGE_PREFIX) for branch in ours):
-        return  # not Baton's branch, or only a salvage of uncommitted work: nothing to settle
+    if not any(branch.startswith(BRANCH_PREFIX) for branch in branches):
+        return  # not Baton's branch: nothing to settle
     installation_id = ctx.installation_id(event)
     if installation_id is not None:
         repo = event.data["repository"]["full_name"]

@@ -34,7 +34,7 @@ BUNDLE_HEADER_CAP = 1024 * 1024
 BUNDLE_CAP = 2 * 1024**3  # the most the agent's commits of one attempt may weigh
 MIRROR_CONFIG = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n"
 BRANCH_PREFIX = "baton/"
-SALVAGE_PREFIX = f"{BRANCH_PREFIX}salvage/"  # uncommitted work saved at checkpoints
+SALVAGE_CAP = 16 * 1024**2  # the most a salvage kept for another machine may weigh
 SALVAGE_INDEX = "baton-salvage-index"  # in the checkout's git directory: the agent's own index
 SALVAGE_REF = "refs/baton/salvage"  # in the checkout: names the snapshot for its bundle
 _NOT_SLUG = re.compile(r"[^a-z0-9]+")
@@ -62,13 +62,9 @@ def branch_name(number: int, title: str) -> str:
     return f"{BRANCH_PREFIX}issue-{number}-{slug}" if slug else f"{BRANCH_PREFIX}issue-{number}"
 
 
-def salvage_branch(number: int) -> str:
-    """Return the branch that holds an issue's uncommitted work, saved at each checkpoint.
-
-    Never an issue's own branch (those are `baton/issue-<N>...`), so no pull request
-    ever moves to it.
-    """
-    return f"{SALVAGE_PREFIX}issue-{number}"
+def salvage_ref(number: int) -> str:
+    """Return the mirror's ref of an issue's uncommitted work, saved at each checkpoint."""
+    return f"{SALVAGE_REF}/issue-{number}"
 
 
 @dataclass(frozen=True)
@@ -81,7 +77,7 @@ class Salvage:
 
 @dataclass(frozen=True)
 class Salvaged:
-    """A salvage found on GitHub that a continuation starts from."""
+    """A salvage an earlier attempt kept that a continuation starts from."""
 
     sha: str
     saved_at: datetime
@@ -569,16 +565,30 @@ class Workspace:
         await self._import(repo, checkout, SALVAGE_REF, sha, start)
         mirror = self.mirror_path(repo)
         sha = await self._inert_history(mirror, start, sha)
-        await self.git.run(mirror, "update-ref", f"refs/baton/salvage/issue-{number}", sha)
+        await self.git.run(mirror, "update-ref", salvage_ref(number), sha)
         return Salvage(sha, key)
 
-    async def salvaged(self, repo: str, number: int, start: str) -> Salvaged | None:
-        """Return the issue's salvage on GitHub (at the last fetch), if it builds on start.
+    async def salvage_bundle(self, repo: str, number: int, since: tuple[str, ...]) -> bytes | None:
+        """Return the issue's salvage in the mirror as a bundle of what since lacks.
+
+        For another machine to continue from: since is on GitHub, so any mirror has it.
+        None when it weighs more than SALVAGE_CAP.
+        """
+        mirror, ref = self.mirror_path(repo), salvage_ref(number)
+        excluded = [f"^{sha}" for sha in since]
+        with tempfile.TemporaryDirectory(prefix="baton-salvage-") as scratch:
+            path = Path(scratch) / "salvage.bundle"  # weighed on disk, read only when small
+            await self.git.run(mirror, "bundle", "create", "--quiet", str(path), ref, *excluded)
+            return path.read_bytes() if path.stat().st_size <= SALVAGE_CAP else None
+
+    async def salvaged(self, repo: str, number: int, start: str, bundle: bytes) -> Salvaged | None:
+        """Bring a kept salvage into the mirror and return it, if it builds on start.
 
         A salvage taken before the branch moved on is stale: its edits were committed
-        since, or given up.
+        since, or given up. So is one whose history this mirror lacks (the branch was
+        rewritten since).
         """
-        sha = await self.remote_branch(repo, salvage_branch(number))
+        sha = await self._unbundle(repo, salvage_ref(number), bundle)
         if sha is None:
             return None
         mirror = self.mirror_path(repo)
@@ -595,6 +605,32 @@ class Workspace:
             saved_at=datetime.fromisoformat(when.strip()).astimezone(UTC),
             files=tuple(name.decode(errors="replace") for name in files.split(b"\0") if name),
         )
+
+    async def _unbundle(self, repo: str, ref: str, bundle: bytes) -> str | None:
+        """Index a bundle's objects into the mirror, every one checked; set ref to its tip.
+
+        None when the bundle is not one of ref, or its prerequisites are not here.
+        """
+        try:
+            refs, offset = bundle_pack_offset(bundle[:BUNDLE_HEADER_CAP])
+        except ValueError:
+            return None
+        sha = refs.get(ref)
+        if sha is None:
+            return None
+        mirror = self.mirror_path(repo)
+        with tempfile.TemporaryFile(prefix="baton-salvage-") as pack:
+            pack.write(bundle[offset:])
+            pack.seek(0)
+            try:
+                await self.git.run(
+                    mirror, "index-pack", "--stdin", "--fix-thin", "--strict", stdin=pack
+                )
+            except GitError as exc:
+                log.warning("%s: a kept salvage does not apply here: %s", repo, exc)
+                return None
+        await self.git.run(mirror, "update-ref", ref, sha)
+        return sha
 
     async def restore(self, repo: str, number: int, sha: str) -> None:
         """Make a salvage's tree the checkout's uncommitted state, as the agent left it."""
@@ -812,20 +848,6 @@ class Workspace:
             lease,
             clone_url,
             f"{sha}:refs/heads/{branch}",
-            token=token,
-        )
-
-    async def delete_branch(
-        self, repo: str, clone_url: str, branch: str, token: str, expected: str
-    ) -> None:
-        """Delete branch on GitHub, only if it is still at expected."""
-        await self.git.run(
-            self.mirror_path(repo),
-            "push",
-            "--quiet",
-            f"--force-with-lease=refs/heads/{branch}:{expected}",
-            clone_url,
-            f":refs/heads/{branch}",
             token=token,
         )
 

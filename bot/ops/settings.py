@@ -207,7 +207,7 @@ class Settings(BaseSettings):
         gt=0,
         validation_alias="BATON_CHECKPOINT_SECONDS",
         description="How often the agent's work is pushed while it works: its commits to "
-        "the issue's branch, its uncommitted edits to the issue's salvage branch.",
+        "the issue's branch; its uncommitted edits are kept in Redis for the next attempt.",
     )
     shutdown_grace_seconds: float = Field(
         default=25.0,

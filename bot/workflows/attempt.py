@@ -61,9 +61,9 @@ from bot.edges.api import (
     read_pull,
     read_repository,
 )
-from bot.edges.git import GitError, Salvage, Workspace, branch_name, salvage_branch
+from bot.edges.git import SALVAGE_CAP, GitError, Salvage, Workspace, branch_name
 from bot.edges.github import GitHubApp, GitHubClient, github_app
-from bot.edges.store import Claim, LockLost
+from bot.edges.store import Claim, KeptSalvage, LockLost
 from bot.ops.logs import log_context
 from bot.ops.metrics import agent_usage
 from bot.ops.worker import stopping
@@ -472,12 +472,13 @@ class _Attempt:
         worktree = await workspace.provision(
             self.issue.repo, self.issue.number, run.branch, start, (base, base_sha)
         )
-        self.salvage_tip = await workspace.remote_branch(
-            self.issue.repo, salvage_branch(self.issue.number)
-        )
+        kept = self.store.kept_salvage(self.issue)
+        self.salvage_tip = kept.sha if kept is not None else None
         salvaged = None
-        if run.continuation_of is not None:
-            salvaged = await workspace.salvaged(self.issue.repo, self.issue.number, start)
+        if run.continuation_of is not None and kept is not None:
+            salvaged = await workspace.salvaged(
+                self.issue.repo, self.issue.number, start, kept.bundle
+            )
         if salvaged is not None:
             # Uncommitted, as the agent left it: what it commits of it is this attempt's work.
             await workspace.restore(self.issue.repo, self.issue.number, salvaged.sha)
@@ -567,7 +568,7 @@ class _Attempt:
             )
         except GitError as exc:
             return f"pushing {run.branch} failed: {_one_line(exc)}"
-        await self._drop_salvage(clone_url)
+        self._drop_salvage()
         return None
 
     async def _open_pull(
@@ -747,10 +748,11 @@ class _Attempt:
             await self._save(run, clone_url, start)
 
     async def _save(self, run: Run, clone_url: str, start: str) -> None:
-        """Push what the agent has committed to the branch, and what it has not to salvage.
+        """Push what the agent has committed to the branch; keep what it has not as salvage.
 
-        The salvage is a commit on the agent's last commit, on a branch of its own: the
-        pull request never moves to it.
+        The salvage is a commit on the agent's last commit, kept in Redis as a bundle, so
+        whichever machine continues the issue starts from it. It never goes to GitHub:
+        there, any ref pushed may start a workflow with the repository's secrets.
         """
         workspace = self.services.workspace
         repo, number = self.issue.repo, self.issue.number
@@ -771,10 +773,15 @@ class _Attempt:
                 return
             if await self._kept_back(salvage.sha):
                 return
+            since = (start,) if self.pushed_tip is None else (start, self.pushed_tip)
+            bundle = await workspace.salvage_bundle(repo, number, since)
+            if bundle is None:
+                log.warning(
+                    "%s: salvage over %d bytes kept on this machine", self.issue, SALVAGE_CAP
+                )
+                return
             self._ensure_claim()
-            token = await self.app.installation_token(self.issue.installation_id)
-            branch = salvage_branch(number)
-            await workspace.push(repo, clone_url, branch, salvage.sha, token, self.salvage_tip)
+            self.store.keep_salvage(self.issue, KeptSalvage(sha=salvage.sha, bundle=bundle))
         except (LockLost, GitError, HTTPException, OSError) as exc:
             log.warning("%s: checkpoint not pushed: %s", self.issue, _one_line(exc))
             return
@@ -793,22 +800,13 @@ class _Attempt:
             log.warning("%s: checkpoint kept back: it carries %s", self.issue, leaks[0])
         return bool(leaks)
 
-    async def _drop_salvage(self, clone_url: str) -> None:
-        """Delete the issue's salvage branch: the work it held is on the issue's branch now."""
+    def _drop_salvage(self) -> None:
+        """Forget the issue's kept salvage: the work it held is on the issue's branch now."""
         if self.salvage_tip is None:
             return
-        workspace = self.services.workspace
-        branch = salvage_branch(self.issue.number)
-        try:
-            token = await self.app.installation_token(self.issue.installation_id)
-            await workspace.delete_branch(
-                self.issue.repo, clone_url, branch, token, self.salvage_tip
-            )
-        except (GitError, HTTPException) as exc:
-            log.warning("%s: %s not deleted: %s", self.issue, branch, _one_line(exc))
-            return
+        self.store.drop_salvage(self.issue, self.salvage_tip)
         self.salvage = self.salvage_tip = None
-        log.info("%s: deleted %s", self.issue, branch)
+        log.info("%s: dropped the kept salvage", self.issue)
 
     async def _interrupted(
         self, gh: GitHubClient, run: Run, clone_url: str, start: str

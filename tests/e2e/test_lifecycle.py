@@ -14,13 +14,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gidgethub import BadRequest
 
 from bot.devkit.devstack import LocalBaton, Process, descendants, worker_running
 from bot.devkit.maintainer import Maintainer, eventually
 from bot.domain.model import Budget, IssueRef, Run, RunState
-from bot.edges.git import salvage_branch
-from bot.edges.store import Store
+from bot.edges.store import KeptSalvage, Store
 from bot.workflows.attempt import INTERRUPTED
 from tests.e2e.test_loop import (
     attempt_state,
@@ -38,17 +36,21 @@ HEROKU_KILL_S = 30  # Heroku: "the process has 30 seconds to shut down cleanly" 
 STACK = StackSpec(database=13, env=ON_MACHINES, machines=True)
 
 
-async def branch_tip(maintainer: Maintainer, repo: str, branch: str) -> str | None:
-    """Return the branch's tip on GitHub, None when it does not exist (GitHub answers 404)."""
-    try:
-        found = await maintainer.gh.getitem(
-            "/repos/{+repo}/branches/{+branch}", {"repo": repo, "branch": branch}
-        )
-    except BadRequest as exc:
-        if exc.status_code == 404:
-            return None
-        raise
-    return str(found["commit"]["sha"])
+async def refs_on_github(stack: LocalBaton, repo: str) -> set[str]:
+    """Return every ref GitHub's git server advertises for repo."""
+    done = await asyncio.to_thread(
+        subprocess.run,
+        ["git", "ls-remote", f"{stack.sandbox_url}/{repo}.git"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return {line.split("\t")[1] for line in done.stdout.splitlines()}
+
+
+async def salvage_kept(store: Store, issue: IssueRef) -> KeptSalvage | None:
+    return store.kept_salvage(issue)
 
 
 def brief_of(stack: LocalBaton, issue: IssueRef, attempt: int) -> tuple[str, str]:
@@ -88,18 +90,19 @@ async def test_uncommitted_edits_survive_a_killed_worker_on_another_machine(
         "agent@2: write notes.txt picked up where attempt 1 died",
     )
     issue = IssueRef(installation_id=1, repo=repo, number=number)
-    branch = salvage_branch(number)
     # Attempt 1 never commits: only a checkpoint's salvage can carry greeting.txt over.
-    await eventually(
-        lambda: branch_tip(maintainer, repo, branch), "the edits salvaged on GitHub", 60
-    )
+    await eventually(lambda: salvage_kept(store, issue), "the edits salvaged", 60)
+    # Off GitHub: any ref pushed there may start a workflow that runs the agent's files.
+    assert await refs_on_github(stack, repo) == {"HEAD", "refs/heads/main"}
     done = await continued_after_a_death(stack, store, issue, 1)
     assert sorted(done.changed_files) == ["greeting.txt", "notes.txt"]
     _, brief = brief_of(stack, issue, 2)  # on the other machine: continued_after_a_death says
     assert "## Uncommitted work salvaged" in brief and "`greeting.txt`" in brief
     [pull] = await maintainer.pulls(repo)
-    assert pull["head"]["ref"] == done.branch != branch, "the PR never moves to the salvage"
-    assert await branch_tip(maintainer, repo, branch) is None, "removed once its work is pushed"
+    assert pull["head"]["ref"] == done.branch
+    branches = {ref for ref in await refs_on_github(stack, repo) if ref.startswith("refs/heads/")}
+    assert branches == {"refs/heads/main", f"refs/heads/{done.branch}"}
+    assert store.kept_salvage(issue) is None, "dropped once its work is pushed"
 
 
 async def test_a_worker_told_to_stop_hands_its_run_to_another_at_once_for_free(

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bot.domain.model import Chain, IssueRef, Labels, Run, RunState, utcnow
-from bot.edges.store import LapsedClaim, LockLost, Store, keys
+from bot.edges.store import KeptSalvage, LapsedClaim, LockLost, Store, keys
 
 ISSUE = IssueRef(installation_id=1, repo="octo/widgets", number=12)
 
@@ -173,6 +173,7 @@ def test_every_key_an_issue_leaves_expires_or_goes_with_it(store: Store) -> None
     store.record_withdrawal(ISSUE, utcnow())
     store.grant_budget(ISSUE, 1, 5)
     store.record_checkpoint(ISSUE, 1, "b" * 40)
+    store.keep_salvage(ISSUE, KeptSalvage(sha="c" * 40, bundle=b"# v2 git bundle\n"))
     store.first_queue_refusal(ISSUE)
     store.save_chain(
         Chain(installation_id=1, repo=ISSUE.repo, head=12, tracking=False, links=(12,))
@@ -258,3 +259,17 @@ def test_a_paused_repositorys_held_starts_come_back_with_their_agent(store: Stor
         (14, "retry", 1, None),
     ]
     assert store.paused_since(ISSUE.repo) is None and store.held_issues(ISSUE.repo) == []
+
+
+def test_a_kept_salvage_comes_back_byte_for_byte_and_only_its_own_drop_forgets_it(
+    store: Store,
+) -> None:
+    bundle = bytes(range(256)) * 64  # a bundle's pack is binary: every byte value survives
+    store.keep_salvage(ISSUE, KeptSalvage(sha="a" * 40, bundle=bundle))
+    assert store.kept_salvage(ISSUE) == KeptSalvage(sha="a" * 40, bundle=bundle)
+
+    store.keep_salvage(ISSUE, KeptSalvage(sha="b" * 40, bundle=b"later"))
+    store.drop_salvage(ISSUE, "a" * 40)  # an older attempt's drop leaves the newer salvage
+    assert store.kept_salvage(ISSUE) == KeptSalvage(sha="b" * 40, bundle=b"later")
+    store.drop_salvage(ISSUE, "b" * 40)
+    assert store.kept_salvage(ISSUE) is None

@@ -232,10 +232,6 @@ async def test_check_suite_on_a_baton_branch_enqueues_settlement(
     assert status == 202
     assert queued(dispatch, EVENTS) == [], "a branch that is not Baton's is not its business"
 
-    data["check_suite"]["head_branch"] = "baton/salvage/issue-3"
-    status, _ = await post(client, "check_suite", data)
-    assert queued(dispatch, EVENTS) == [], "a salvage of uncommitted work settles nothing"
-
     data["check_suite"]["head_branch"] = "baton/issue-3-fix-it"
     status, _ = await post(client, "check_suite", data)
     assert queued(dispatch, EVENTS) == [("jobs.settle.settle_head", (7, repo, sha))]

@@ -16,7 +16,7 @@ from bot.edges.store.intake import IntakeEntry, IntakeLog, IntakeStore
 from bot.edges.store.issue_state import IssueStateStore
 from bot.edges.store.keys import INTAKE_STREAM
 from bot.edges.store.metrics import MetricStore
-from bot.edges.store.runs import Claim, LapsedClaim, LockLost, RunStore
+from bot.edges.store.runs import Claim, KeptSalvage, LapsedClaim, LockLost, RunStore
 from bot.edges.store.spend import SpendStore
 from bot.edges.store.transcripts import TranscriptStore
 
@@ -26,6 +26,7 @@ __all__ = [
     "Claim",
     "IntakeEntry",
     "IntakeLog",
+    "KeptSalvage",
     "LapsedClaim",
     "LockLost",
     "Store",

@@ -23,6 +23,7 @@ key. RQ's own keys (`rq:...`) are RQ's and not listed.
 | `IN_FLIGHT`           | baton:in-flight                          | zset   | runs        | none   |
 | `open_pulls`          | baton:open-pulls:{repo}                  | hash   | runs        | 90 d   |
 | `checkpoint`          | {issue}:checkpoint:{attempt}             | string | runs        | 90 d   |
+| `salvage`             | {issue}:salvage                          | hash   | runs        | 7 d    |
 | `checked`             | baton:checked:{repo}:{sha}               | string | runs        | 90 d   |
 | `settling`            | baton:settling:{repo}:{sha}              | string | runs        | 120 s  |
 | `desired_label`       | {issue}:desired-label                    | string | issue_state | 90 d   |
@@ -217,6 +218,11 @@ def open_pulls(repo: str) -> str:
 def checkpoint(issue: IssueRef, attempt: int) -> str:
     """Return the key of the last checkpoint an attempt pushed."""
     return _issue(issue, "checkpoint", str(attempt))
+
+
+def salvage(issue: IssueRef) -> str:
+    """Return the key of the issue's kept salvage: its sha and its bundle."""
+    return _issue(issue, "salvage")
 
 
 def transcript(issue: IssueRef, attempt: int) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import secrets
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -18,6 +20,21 @@ from bot.edges.store.metrics import queue_metrics
 from bot.ops.metrics import run_duration, run_settled
 
 RECENT_RUNS_KEPT = 200
+SALVAGE_TTL_S = 7 * 24 * 3600  # a salvage serves the next attempt, minutes or hours later
+# Forget a kept salvage only if no later checkpoint replaced it.
+_DROP_SALVAGE = """
+if redis.call('HGET', KEYS[1], 'sha') == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class KeptSalvage:
+    """An attempt's uncommitted work, kept in Redis: what it commits to, and the bundle."""
+
+    sha: str
+    bundle: bytes
+
 
 # Takeover: every claim is also a member of one sorted set, scored by the instant its
 # lock lapses without a heartbeat (by Redis's own clock, so no worker's clock matters).
@@ -368,6 +385,31 @@ class RunStore(StoreBase):
         """Return the last checkpoint an attempt pushed, if any."""
         value = self.redis.get(keys.checkpoint(issue, attempt))
         return None if value is None else text(value)
+
+    def keep_salvage(self, issue: IssueRef, salvage: KeptSalvage) -> None:
+        """Keep the issue's salvage, in place of any kept before, for any machine to read."""
+        key = keys.salvage(issue)
+        bundle = base64.b64encode(salvage.bundle).decode()  # the client speaks text
+        with self.redis.pipeline() as pipe:
+            pipe.delete(key)
+            pipe.hset(key, mapping={"sha": salvage.sha, "bundle": bundle})
+            pipe.expire(key, SALVAGE_TTL_S)
+            pipe.execute()
+
+    def kept_salvage(self, issue: IssueRef) -> KeptSalvage | None:
+        """Return the issue's kept salvage, if there is one."""
+        kept = cast(dict[str, str], self.redis.hgetall(keys.salvage(issue)))
+        if "sha" not in kept or "bundle" not in kept:
+            return None
+        try:
+            bundle = base64.b64decode(kept["bundle"], validate=True)
+        except binascii.Error:
+            return None
+        return KeptSalvage(sha=kept["sha"], bundle=bundle)
+
+    def drop_salvage(self, issue: IssueRef, sha: str) -> None:
+        """Forget the issue's kept salvage if it is still the one at sha."""
+        self.redis.eval(_DROP_SALVAGE, 1, keys.salvage(issue), sha)
 
     def note_check_result(self, repo: str, sha: str) -> None:
         """Record that a check result for a head came in (it may precede the head's PR)."""
