@@ -266,11 +266,12 @@ class GitHubClient(GitHubAPI):
 
         A request of an installation that GitHub asked to wait waits first, however
         that was learnt (by this process or another); a write then waits for its slot
-        in the installation's pace.
+        in the installation's pace, and for any stop that began while it waited.
         """
         await self._wait_for_stop()
         if method in WRITE_METHODS:
             await self._wait_for_write_slot()
+            await self._wait_for_stop()  # another process may have been told to stop meanwhile
         if self._caller.token is not None:
             token = await self._caller.token()
             self._minted_at = token.minted_at

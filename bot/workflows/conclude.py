@@ -133,7 +133,11 @@ async def show_escalation(
         run = services.store.run(issue, attempt)
         if run is not None and check_run.phase_of(run) is CheckPhase.ESCALATED:
             why = f"a maintainer decides: {reason}"
-            await _show_phase(services, gh, run, CheckPhase.ESCALATED, why, utcnow(), url)
+            try:
+                await _show_phase(services, gh, run, CheckPhase.ESCALATED, why, utcnow(), url)
+            except WritesPaused as paused:
+                # The escalation comment is posted and says it all; its check run is extra.
+                log.warning("%s: the escalated check run was not written: %s", issue, paused)
 
 
 async def _show_phase(
@@ -190,6 +194,8 @@ async def _write_check_run(
             written = await update_check_run(gh, repo, record.id, view)
         else:
             written = await create_check_run(gh, repo, head, view, run.run_id)
+    except WritesPaused:
+        raise  # the report is made again when writes may go (report())
     except BadRequest as exc:
         log.warning("%s: Baton's check run on %.12s was not written: %s", run.issue, head, exc)
         return

@@ -116,6 +116,28 @@ async def test_a_write_beyond_the_installations_minute_is_put_off_not_sent(
     assert sorted(i["title"] for i in issues) == ["One", "Two"]
 
 
+async def test_a_write_waiting_for_its_slot_keeps_a_stop_another_process_was_told(
+    maintainer: Maintainer, store: Store, sandbox: dict[str, str], redis_url: str
+) -> None:
+    """GitHub: after a secondary limit, "do not retry your request until" retry-after
+    has passed; a write that took its slot before the stop began is no exception."""
+    await maintainer.gh.post("/user/repos", data={"name": "widgets"})
+    async with github_app(paced(sandbox, redis_url), store) as app:
+        gh = await app.for_installation(1)
+        await gh.post("/repos/{+repo}/issues", {"repo": REPO}, data={"title": "One"})
+        waiting = asyncio.create_task(
+            gh.post("/repos/{+repo}/issues", {"repo": REPO}, data={"title": "Two"})
+        )
+        await asyncio.sleep(0.3)  # its slot is a second after the first write's
+        until = time.time() + 600  # another process was told to wait ten minutes
+        store.stop_installation(app.identity, 1, until)
+        with pytest.raises(WritesPaused) as paused:
+            await waiting
+        assert paused.value.until == pytest.approx(until, abs=1.0)
+    issues = await maintainer.gh.getitem("/repos/{+repo}/issues", {"repo": REPO})
+    assert [i["title"] for i in issues] == ["One"]
+
+
 @pytest.mark.parametrize(
     "refusal",
     [{"status": 502}, {"status": 403, "retry_after": 0}],
