@@ -273,3 +273,23 @@ def test_a_kept_salvage_comes_back_byte_for_byte_and_only_its_own_drop_forgets_i
     assert store.kept_salvage(ISSUE) == KeptSalvage(sha="b" * 40, bundle=b"later")
     store.drop_salvage(ISSUE, "b" * 40)
     assert store.kept_salvage(ISSUE) is None
+
+
+def test_an_older_attempts_late_write_leaves_the_live_attempt_in_the_sweeps_view(
+    store: Store,
+) -> None:
+    """The sweep finds a live run through the in-flight index: a late write of the attempt
+    before it (a recovery recorded after the next attempt started) must not drop it."""
+    claim = store.claim(ISSUE)
+    assert claim is not None
+    first = Run.claimed(ISSUE, store.next_attempt(claim), "baton/issue-12", utcnow())
+    store.save_run(
+        first.moved(RunState.FAILED, utcnow()).model_copy(update={"recovery_owed": True}), claim
+    )
+    second = Run.claimed(ISSUE, store.next_attempt(claim), "baton/issue-12", utcnow())
+    store.save_run(second.moved(RunState.RUNNING, utcnow()), claim)
+
+    store.update_run(ISSUE, 1, lambda run: run.model_copy(update={"recovery_owed": False}))
+    assert store.in_flight() == [ISSUE], "attempt 2 still runs"
+    store.update_run(ISSUE, 2, lambda run: run.moved(RunState.FAILED, utcnow()))
+    assert store.in_flight() == []

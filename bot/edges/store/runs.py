@@ -28,6 +28,11 @@ return 0
 """
 
 
+def _is_latest(pipe: redis.client.Pipeline, run: Run) -> bool:
+    """Tell, in a write's watch phase, whether run is its issue's newest attempt."""
+    return run.attempt >= int(pipe.get(keys.attempts(run.issue)) or 0)
+
+
 @dataclass(frozen=True)
 class KeptSalvage:
     """An attempt's uncommitted work, kept in Redis: what it commits to, and the bundle."""
@@ -219,13 +224,14 @@ class RunStore(StoreBase):
         with self.redis.pipeline() as pipe:
             while True:
                 try:
-                    pipe.watch(lock_key, run_key)  # type: ignore[no-untyped-call]
+                    pipe.watch(lock_key, run_key, keys.attempts(run.issue))  # type: ignore[no-untyped-call]
                     if pipe.get(lock_key) != claim.token:
                         raise LockLost(f"{run.issue}: the lock is no longer held by this run")
                     stored = pipe.get(run_key)
                     before = Run.model_validate_json(stored).state if stored is not None else None
+                    latest = _is_latest(pipe, run)
                     pipe.multi()
-                    self._queue_run_write(pipe, run, before)
+                    self._queue_run_write(pipe, run, before, latest)
                     pipe.execute()
                     return
                 except WatchError:
@@ -263,7 +269,7 @@ class RunStore(StoreBase):
         with self.redis.pipeline() as pipe:
             while True:
                 try:
-                    pipe.watch(key)  # type: ignore[no-untyped-call]
+                    pipe.watch(key, keys.attempts(issue))  # type: ignore[no-untyped-call]
                     raw = pipe.get(key)
                     if raw is None:
                         return None
@@ -272,8 +278,9 @@ class RunStore(StoreBase):
                     if new is None:
                         pipe.unwatch()
                         return None
+                    latest = _is_latest(pipe, new)
                     pipe.multi()
-                    self._queue_run_write(pipe, new, current.state)
+                    self._queue_run_write(pipe, new, current.state, latest)
                     pipe.execute()
                     return new
                 except WatchError:
@@ -306,7 +313,7 @@ class RunStore(StoreBase):
         return [Run.model_validate_json(raw) for raw in raws if raw is not None]
 
     def _queue_run_write(
-        self, pipe: redis.client.Pipeline, run: Run, before: RunState | None
+        self, pipe: redis.client.Pipeline, run: Run, before: RunState | None, latest: bool
     ) -> None:
         issue = run.issue
         pipe.set(keys.run(issue, run.attempt), run.model_dump_json(), ex=RUN_TTL_S)
@@ -327,7 +334,7 @@ class RunStore(StoreBase):
             self._queue_open_pull(pipe, run)
         if run.state in SWEPT_STATES or run.recovery_owed:
             pipe.zadd(keys.IN_FLIGHT, {keys.indexed_issue(issue): run.started_at.timestamp()})
-        else:
+        elif latest:  # an older attempt's write never takes a live one out of the sweep's view
             pipe.zrem(keys.IN_FLIGHT, keys.indexed_issue(issue))
 
     @staticmethod
