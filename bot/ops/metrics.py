@@ -129,7 +129,7 @@ REDELIVERIES = Metric(
     name="baton_webhook_redeliveries_total",
     help="Failed webhook deliveries the clock found, by what came of them: asked (GitHub was "
     "asked to deliver the event again), refused (GitHub refused to), left (over a pass's "
-    "bound, for the next pass).",
+    "bound, or GitHub did not answer the asking: for the next pass).",
     type=MetricType.COUNTER,
     labels=("outcome",),
 )

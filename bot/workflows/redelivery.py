@@ -14,7 +14,8 @@ import asyncio
 import logging
 from datetime import datetime, timedelta
 
-from gidgethub import HTTPException
+import aiohttp
+from gidgethub import GitHubBroken, HTTPException
 
 from bot.domain.model import utcnow
 from bot.domain.plans.redelivery import RedeliveryPass, failed_events, to_redeliver
@@ -39,7 +40,10 @@ async def redeliver_lost(services: Services, now: datetime | None = None) -> Red
         lost = failed_events(listed)
         before = store.redeliveries_asked([delivery.guid for delivery in lost])
         due, left = to_redeliver(lost, before, settings.redelivery_per_pass)
-        asked, refused = await _ask(services, gh, [d.id for d in due], [d.guid for d in due])
+        asked, refused, unanswered = await _ask(
+            services, gh, [d.id for d in due], [d.guid for d in due]
+        )
+        left += unanswered
     summary = RedeliveryPass(
         at=now, listed=len(listed), failed=len(lost), asked=asked, refused=refused, left=left
     )
@@ -63,19 +67,25 @@ async def redeliver_lost(services: Services, now: datetime | None = None) -> Red
 
 async def _ask(
     services: Services, gh: GitHubClient, ids: list[int], guids: list[str]
-) -> tuple[int, int]:
-    """Ask for each delivery again, once across every process; return asked and refused."""
-    asked = refused = 0
+) -> tuple[int, int, int]:
+    """Ask for each delivery again, once across every process; return asked, refused and
+    unanswered (GitHub failed to answer: the next pass asks for those again)."""
+    asked = refused = unanswered = 0
     for delivery_id, guid in zip(ids, guids, strict=True):
         if not services.store.ask_redelivery(guid):
             continue  # another clock asked first
-        if asked or refused:
+        if asked or refused or unanswered:
             await asyncio.sleep(ASK_GAP_S)
         try:
             await redeliver(gh, delivery_id)
+        except (GitHubBroken, aiohttp.ClientError, TimeoutError) as exc:
+            services.store.forget_redelivery_ask(guid)
+            unanswered += 1
+            log.warning("redelivery: no answer for delivery %d (%s): %s", delivery_id, guid, exc)
+            continue
         except HTTPException as exc:
             refused += 1
             log.warning("redelivery: GitHub refused delivery %d (%s): %s", delivery_id, guid, exc)
             continue
         asked += 1
-    return asked, refused
+    return asked, refused, unanswered

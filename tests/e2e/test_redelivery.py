@@ -46,6 +46,14 @@ async def test_a_label_lost_while_baton_was_down_is_delivered_again_once(
     issue = IssueRef(installation_id=1, repo=repo, number=number)
     assert store.latest_run(issue) is None, "nothing came of the lost delivery yet"
 
+    # GitHub failing to answer the asking leaves the event for the next pass, not asked.
+    asking = {"method": "POST", "path": "^/app/hook/deliveries/\\d+/attempts$", "status": 502}
+    await maintainer.gh.post("/_sandbox/faults", data=asking)
+    try:
+        unanswered = await asyncio.to_thread(baton_command, stack, "redeliver")
+    finally:
+        await maintainer.gh.delete("/_sandbox/faults")
+    assert "asked again 0," in unanswered and store.latest_run(issue) is None, unanswered
     said = await asyncio.to_thread(baton_command, stack, "redeliver")
     # The label's event, and any other the closed port lost meanwhile (the issue's opening).
     asked = re.search(r"asked again (\d+),", said)

@@ -47,7 +47,7 @@ class RedeliveryPass(BaseModel):
     failed: int = 0  # events none of whose deliveries succeeded
     asked: int = 0  # redeliveries GitHub was asked for in this pass
     refused: int = 0  # asked, and GitHub refused
-    left: int = 0  # failed events left for the next pass (over the pass's bound)
+    left: int = 0  # failed events left for the next pass (over its bound, or unanswered)
 
 
 def within(delivery: HookDelivery, now: datetime, window: timedelta) -> bool:

@@ -111,6 +111,10 @@ class IntakeStore(StoreBase):
         """
         return bool(self.redis.set(keys.redelivery_asked(guid), "1", nx=True, ex=DELIVERY_TTL_S))
 
+    def forget_redelivery_ask(self, guid: str) -> None:
+        """Forget that an event was asked for again: GitHub never answered the asking."""
+        self.redis.delete(keys.redelivery_asked(guid))
+
     def record_redelivery_pass(self, summary: RedeliveryPass) -> None:
         """Keep what the last redelivery pass found and did, for the status page."""
         self.redis.set(keys.REDELIVERY_PASS, summary.model_dump_json())
