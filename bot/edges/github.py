@@ -205,6 +205,8 @@ class Caller:
     # processes; and how a secondary-limit answer is made known to them.
     stopped_until: Callable[[], float | None] | None = None
     on_stop: Callable[[float], None] | None = None
+    # Count one more secondary-limit answer; return how many came in a row, over processes.
+    limits_in_a_row: Callable[[], int] | None = None
     # The installation's next write slot, taken if it is at most the given seconds away,
     # at the pace of writes that give way when the second argument says so.
     take_write: Callable[[float, bool], WriteSlot] | None = None
@@ -368,10 +370,13 @@ class GitHubClient(GitHubAPI):
             ):
                 return self._renew_refused_token()
             return False
-        until = time.time() + delay
-        if is_secondary_limit(
+        secondary = is_secondary_limit(
             int(exception.status_code), exception.headers, str(exception)
-        ) and self._stop(until):
+        )
+        if secondary:
+            delay = max(delay, self._stop_in_a_row(exception.headers))
+        until = time.time() + delay
+        if secondary and self._stop(until):
             raise WritesPaused(self._caller.installation_id, until) from exception
         log.warning(
             "GitHub answered %s to %s %s; retry %d in %.1fs",
@@ -383,6 +388,19 @@ class GitHubClient(GitHubAPI):
         )
         await self.sleep(delay)
         return True
+
+    def _stop_in_a_row(self, headers: Mapping[str, str]) -> float:
+        """Return the stop a secondary limit asks for, counted with the answers before it.
+
+        Without Retry-After the stop doubles with each answer in a row, whichever job or
+        process got the one before; this request's own retries alone would restart at a
+        minute each time a job is put back.
+        """
+        in_a_row = 1
+        if self._caller.limits_in_a_row is not None:
+            with _best_effort("a secondary-limit count"):
+                in_a_row = self._caller.limits_in_a_row()
+        return secondary_stop_s(retry_after_header(headers), in_a_row)
 
     def _stop(self, until: float) -> bool:
         """Make a secondary-limit stop known to every process; tell whether it is too long to sleep.
@@ -585,8 +603,18 @@ class GitHubApp:
             paced = pace.giving_way() if gives_way else pace
             return self._store.take_write_slot(self.identity, installation_id, paced, hold_s)
 
+        def limits_in_a_row() -> int:
+            return self._store.secondary_limits_in_a_row(self.identity, installation_id)
+
         caller = Caller(
-            installation_id, token, record, refused, stopped_until, stop, take_write=take_write
+            installation_id,
+            token,
+            record,
+            refused,
+            stopped_until,
+            stop,
+            limits_in_a_row,
+            take_write,
         )
         return self._client(caller, str(installation_id), oauth_token=LIVE_TOKEN)
 

@@ -18,7 +18,7 @@ from bot.edges.github import (
     WritesPaused,
     github_app,
 )
-from bot.edges.store import Store
+from bot.edges.store import Store, keys
 from bot.ops.settings import Settings
 
 REPO_PATH = "/repos/{+repo}"
@@ -240,6 +240,34 @@ async def test_a_secondary_limit_of_hours_is_honoured_in_full_by_every_process(
     assert sent == []  # nothing reached GitHub while it asked for quiet
     issues = await maintainer.gh.getitem(REPO_PATH + "/issues", {"repo": "maintainer/widgets"})
     assert issues == []  # and the refused write was not made twice
+
+
+async def test_secondary_limits_in_a_row_without_retry_after_double_the_stop_over_jobs(
+    app: GitHubApp, maintainer: Maintainer, store: Store
+) -> None:
+    """Mirrors the same page: with no retry-after, "wait for at least one minute before
+    retrying", and "if your request continues to fail due to a secondary rate limit,
+    wait for an exponentially increasing amount of time between retries". Each answer
+    here comes to a job of its own, as a job put back starts its request afresh."""
+    await maintainer.gh.post("/user/repos", data={"name": "widgets"})
+    stops = []
+    for _ in range(3):
+        await fault(
+            maintainer,
+            method="POST",
+            path="^/repos/maintainer/widgets/issues$",
+            status=403,
+            count=1,
+        )
+        store.redis.delete(keys.secondary_stop(app.identity, 1))  # the last stop is over
+        gh = await app.for_installation(1)
+        before = time.time()
+        with pytest.raises(WritesPaused) as paused:
+            await gh.post(
+                REPO_PATH + "/issues", {"repo": "maintainer/widgets"}, data={"title": "t"}
+            )
+        stops.append(round(paused.value.until - before, -1))
+    assert stops == [60, 120, 240]
 
 
 async def test_a_short_secondary_limit_is_waited_out_by_every_process(

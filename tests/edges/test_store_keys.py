@@ -109,6 +109,7 @@ KEYS = {
     ),
     "rate_limits": (keys.rate_limits("gh"), "baton:app:gh:rate-limits"),
     "secondary_stop": (keys.secondary_stop("gh", 7), "baton:app:gh:installation:7:stop"),
+    "secondary_limits": (keys.secondary_limits("gh", 7), "baton:app:gh:installation:7:limits"),
     "write_slots": (keys.write_slots("gh", 7), "baton:app:gh:installation:7:writes"),
     "conditional_read": (
         keys.conditional_read("installation-3", URL),

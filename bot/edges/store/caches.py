@@ -25,6 +25,14 @@ if not current or tonumber(current) < tonumber(ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[2])
 end
 """
+# Count a secondary-limit answer; the count lasts an hour past the stop that follows it,
+# so answers in a row are counted over put-back jobs and processes.
+_LIMITS_IN_A_ROW = """
+local count = redis.call('INCR', KEYS[1])
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return count
+"""
+CALM_S = 3600  # an hour with no secondary limit starts the count again
 
 
 # Take the earliest time a write may go that keeps the installation's pace: a gap
@@ -143,6 +151,13 @@ class CacheStore(StoreBase):
             repr(until),
             int(until * 1000) + 1,
         )
+        limits = keys.secondary_limits(app, installation_id)
+        self.redis.pexpireat(limits, int((until + CALM_S) * 1000))
+
+    def secondary_limits_in_a_row(self, app: str, installation_id: int) -> int:
+        """Count one more secondary-limit answer to the installation; return how many in a row."""
+        key = keys.secondary_limits(app, installation_id)
+        return int(self.redis.eval(_LIMITS_IN_A_ROW, 1, key, CALM_S))
 
     def installation_stopped_until(self, app: str, installation_id: int) -> float | None:
         """Return until when the installation's requests wait for a secondary limit, if they do."""

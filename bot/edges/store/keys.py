@@ -67,6 +67,7 @@ key. RQ's own keys (`rq:...`) are RQ's and not listed.
 | `installation_token`  | baton:app:{app}:installation:{id}:token  | string | caches      | caller |
 | `rate_limits`         | baton:app:{app}:rate-limits              | hash   | caches      | 7 d    |
 | `secondary_stop`      | baton:app:{app}:installation:{id}:stop   | string | caches      | stop   |
+| `secondary_limits`    | baton:app:{app}:installation:{id}:limits | string | caches      | calm   |
 | `write_slots`         | baton:app:{app}:installation:{id}:writes | zset   | caches      | 1 h    |
 | `conditional_read`    | baton:etag:{scope}:{h(url)}              | string | caches      | 1 d    |
 | `role`                | baton:role:{repo}:{login}                | string | caches      | 60 s   |
@@ -88,7 +89,7 @@ or slot taken; `caller` is the TTL the writer passes (a token's: less than its l
 the sweep's lease); `reopen` is the instant the usage window reopens (PXAT). 90 d is
 `RUN_TTL_S`: what Baton keeps of an issue goes with its runs. 40 d is `SPEND_TTL_S`:
 the budgets' rolling 30 days, and some to spare. `days` is `BATON_TRANSCRIPT_DAYS`.
-`stop` is the instant a secondary rate limit lifts (PXAT).
+`stop` is the instant a secondary rate limit lifts (PXAT); `calm` is an hour past it.
 A key without a TTL stays bounded another way:
 
 - `INTAKE_STREAM`: entries are deleted as forwarded; trimmed near `INTAKE_MAXLEN`.
@@ -443,6 +444,11 @@ def rate_limits(app: str) -> str:
 def secondary_stop(app: str, installation_id: int) -> str:
     """Return the key holding until when (epoch s) GitHub asked an installation to wait."""
     return f"{_PREFIX}:app:{app}:installation:{installation_id}:stop"
+
+
+def secondary_limits(app: str, installation_id: int) -> str:
+    """Return the key counting an installation's secondary-limit answers in a row."""
+    return f"{_PREFIX}:app:{app}:installation:{installation_id}:limits"
 
 
 def write_slots(app: str, installation_id: int) -> str:
