@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from gidgethub import BadRequest
 
@@ -21,12 +21,13 @@ from bot.domain.classify import RunFacts, classify
 from bot.domain.effects import Plan
 from bot.domain.jobs import refresh_status_job
 from bot.domain.model import IssueRef, Limits, Policy, Recovery, Run, RunState, utcnow
+from bot.domain.pacing import HOLD_WORKER_S
 from bot.domain.plans import recovery
 from bot.domain.render import CheckSummary
 from bot.domain.resume import Halt, ResumePlan, plan_resumes
 from bot.edges.api import create_check_run, read_issue, update_check_run, upsert_comment
 from bot.edges.github import GitHubClient, WriteOvertaken, WritesPaused, status_edits
-from bot.edges.store import Store
+from bot.edges.store import MutexBusy, Store
 from bot.workflows.services import Services
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,10 @@ async def report(
     except WritesPaused as paused:
         log.info("%s: status report put off: %s", run.issue, paused)
         when = datetime.fromtimestamp(paused.until, UTC)
+        services.dispatch.enqueue_at(refresh_status_job(run.issue), when)
+    except MutexBusy as busy:  # another job's report is still writing, slowed by the pace
+        log.info("%s: status report put off: %s", run.issue, busy)
+        when = utcnow() + timedelta(seconds=HOLD_WORKER_S)
         services.dispatch.enqueue_at(refresh_status_job(run.issue), when)
 
 
@@ -128,16 +133,19 @@ async def show_escalation(
     reason: str,
     url: str | None,
 ) -> None:
-    """Make Baton's check run show that the run escalated, linked to the escalation comment."""
-    async with services.store.comment_lock(issue):
-        run = services.store.run(issue, attempt)
-        if run is not None and check_run.phase_of(run) is CheckPhase.ESCALATED:
-            why = f"a maintainer decides: {reason}"
-            try:
+    """Make Baton's check run show that the run escalated, linked to the escalation comment.
+
+    The escalation comment is posted and says it all: a check run whose writes must
+    wait is left as it is.
+    """
+    try:
+        async with services.store.comment_lock(issue):
+            run = services.store.run(issue, attempt)
+            if run is not None and check_run.phase_of(run) is CheckPhase.ESCALATED:
+                why = f"a maintainer decides: {reason}"
                 await _show_phase(services, gh, run, CheckPhase.ESCALATED, why, utcnow(), url)
-            except WritesPaused as paused:
-                # The escalation comment is posted and says it all; its check run is extra.
-                log.warning("%s: the escalated check run was not written: %s", issue, paused)
+    except (WritesPaused, MutexBusy) as put_off:
+        log.warning("%s: the escalated check run was not written: %s", issue, put_off)
 
 
 async def _show_phase(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from bot.domain.model import Chain, IssueRef, Labels, Run, RunState, utcnow
-from bot.edges.store import KeptSalvage, LapsedClaim, LockLost, Store, keys
+from bot.edges.store import KeptSalvage, LapsedClaim, LockLost, MutexBusy, Store, issue_state, keys
 
 ISSUE = IssueRef(installation_id=1, repo="octo/widgets", number=12)
 
@@ -293,3 +294,32 @@ def test_an_older_attempts_late_write_leaves_the_live_attempt_in_the_sweeps_view
     assert store.in_flight() == [ISSUE], "attempt 2 still runs"
     store.update_run(ISSUE, 2, lambda run: run.moved(RunState.FAILED, utcnow()))
     assert store.in_flight() == []
+
+
+async def test_the_comment_mutex_outlives_its_ttl_while_held_and_a_waiter_never_writes_beside(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A status report's writes may wait tens of seconds for their slots: its mutex stays
+    its own for that long, and a second report gives up (MutexBusy) rather than write
+    beside it; a dead holder's lock still lapses within the TTL."""
+    monkeypatch.setattr(issue_state, "COMMENT_LOCK_TTL_MS", 300)
+    monkeypatch.setattr(issue_state, "COMMENT_LOCK_WAIT_S", 0.6)
+    released = asyncio.Event()
+
+    async def hold() -> None:
+        async with store.comment_lock(ISSUE):
+            await asyncio.sleep(1.5)  # five TTLs
+        released.set()
+
+    holder = asyncio.create_task(hold())
+    await asyncio.sleep(0.1)
+    with pytest.raises(MutexBusy):
+        async with store.comment_lock(ISSUE):
+            pytest.fail("entered beside a live holder")
+    await holder
+    async with store.comment_lock(ISSUE):
+        assert released.is_set()
+
+    store.redis.set(keys.comment_lock(ISSUE), "a worker that died", px=300)
+    async with store.comment_lock(ISSUE):  # waits out its TTL, and no longer
+        pass

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import redis
 
-from bot.edges.store.base import LOCK_TTL_MS, StoreError
+from bot.edges.store.base import LOCK_TTL_MS, MutexBusy, StoreError
 from bot.edges.store.caches import CachedToken, CacheStore, WriteSlot
 from bot.edges.store.chains import ChainStore
 from bot.edges.store.gates import GateStore
@@ -29,6 +29,7 @@ __all__ = [
     "KeptSalvage",
     "LapsedClaim",
     "LockLost",
+    "MutexBusy",
     "Store",
     "StoreError",
     "WriteSlot",

@@ -24,8 +24,18 @@ return 0
 """
 
 
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+
+
 class StoreError(Exception):
     """Redis could not be reached or refused an operation."""
+
+
+class MutexBusy(StoreError):
+    """A live holder kept a mutex longer than a waiter waits: the waiter's work is put off."""
 
 
 def text(value: object) -> str:
@@ -44,6 +54,7 @@ class StoreBase:
         self.redis = client
         self.lock_ttl_ms = lock_ttl_ms
         self._release = client.register_script(_RELEASE)
+        self._renew = client.register_script(_RENEW)
 
     @asynccontextmanager
     async def _mutex(self, key: str, ttl_ms: int, wait_s: float) -> AsyncIterator[None]:
@@ -57,6 +68,32 @@ class StoreBase:
             yield
         finally:
             self._release(keys=[key], args=[token])
+
+    @asynccontextmanager
+    async def _kept_mutex(self, key: str, ttl_ms: int, wait_s: float) -> AsyncIterator[None]:
+        """Hold a mutex renewed for as long as its holder lives; raise MutexBusy after wait_s.
+
+        A dead holder's lock lapses within ttl_ms, so a waiter past wait_s (longer) waits
+        on a live one, and goes no further than it: the two never write at once.
+        """
+        token = secrets.token_hex(8)
+        deadline = time.monotonic() + wait_s
+        while not self.redis.set(key, token, nx=True, px=ttl_ms):
+            if time.monotonic() > deadline:
+                raise MutexBusy(f"{key} has been held for over {wait_s:g}s")
+            await asyncio.sleep(0.02)
+        renewal = asyncio.create_task(self._renew_while_held(key, token, ttl_ms))
+        try:
+            yield
+        finally:
+            renewal.cancel()
+            self._release(keys=[key], args=[token])
+
+    async def _renew_while_held(self, key: str, token: str, ttl_ms: int) -> None:
+        while True:
+            await asyncio.sleep(ttl_ms / 1000 / 3)
+            if not self._renew(keys=[key], args=[token, ttl_ms]):
+                return
 
     def _indexed(self, key: str) -> list[tuple[IssueRef, datetime]]:
         entries = cast(list[tuple[object, float]], self.redis.zrange(key, 0, -1, withscores=True))

@@ -149,8 +149,13 @@ class IssueStateStore(StoreBase):
         self.redis.delete(keys.draft_pull(repo, number))
 
     def comment_lock(self, issue: IssueRef) -> AbstractAsyncContextManager[None]:
-        """Hold the issue's comment mutex, so two jobs never edit its comments out of order."""
-        return self._mutex(keys.comment_lock(issue), COMMENT_LOCK_TTL_MS, COMMENT_LOCK_WAIT_S)
+        """Hold the issue's comment mutex, so two jobs never edit its comments out of order.
+
+        Its writes may wait for their slots in the installation's pace, so it is kept
+        for as long as they take; a job that waits for it past COMMENT_LOCK_WAIT_S gets
+        MutexBusy.
+        """
+        return self._kept_mutex(keys.comment_lock(issue), COMMENT_LOCK_TTL_MS, COMMENT_LOCK_WAIT_S)
 
     @asynccontextmanager
     async def status_turn(self, issue: IssueRef) -> AsyncIterator[Callable[[], bool]]:
