@@ -247,7 +247,12 @@ class IssueRig(Generic[ProviderT]):
         found = egress_policy_for(self.settings)
         assert found is not None and self.public <= found.allowed
         assert parse_host_port(self.provider.host_port) in found.allowed
-        return EgressPolicy(mode=found.mode, allowed=found.allowed - self.public)
+        return EgressPolicy(
+            mode=found.mode,
+            allowed=found.allowed - self.public,
+            credentials=found.credentials,
+            agent_env=found.agent_env,
+        )
 
     def jail(self, run_dir: Path, brief_path: Path, egress_dir: Path | None) -> Jail:
         """Return the run's jail, as the runner makes it."""
@@ -286,6 +291,7 @@ class IssueRig(Generic[ProviderT]):
                 deadline=utcnow() + timedelta(seconds=self.settings.agent_wall_clock_seconds),
                 home=self.home,
                 passthrough_env=tuple(self.settings.agent_passthrough_env),
+                held_env=policy.agent_env,
                 resume_session_id=resume,
                 jail=self.jail(run_dir, brief_path, egress_dir),
             )

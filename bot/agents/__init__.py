@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import tempfile
@@ -20,6 +21,8 @@ from bot.agents.command import CommandAdapter
 from bot.agents.egress import (
     Egress,
     EgressPolicy,
+    HeldKeys,
+    held_keys,
     parse_host_port,
     provider_hosts,
     serve_egress,
@@ -132,7 +135,19 @@ def egress_policy_for(settings: Settings) -> EgressPolicy | None:
     allowed += [parse_host_port(entry) for entry in settings.agent_allowed_hosts]
     if settings.agent == "codex" and settings.codex_base_url:
         allowed.append(codex_endpoint(settings.codex_base_url))
-    return EgressPolicy(mode=settings.agent_network, allowed=frozenset(allowed))
+    held = HeldKeys(env={}, credentials=())
+    if settings.agent_keys_in_proxy:
+        passed = {n: os.environ[n] for n in settings.agent_passthrough_env if n in os.environ}
+        try:
+            held = held_keys(settings.agent, passed)
+        except ValueError as exc:
+            raise AgentConfigError(str(exc)) from exc
+    return EgressPolicy(
+        mode=settings.agent_network,
+        allowed=frozenset(allowed),
+        credentials=held.credentials,
+        agent_env=held.env,
+    )
 
 
 @asynccontextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -44,6 +45,7 @@ class AgentRequest:
     deadline: datetime
     home: Path
     passthrough_env: tuple[str, ...] = ()
+    held_env: Mapping[str, str] = field(default_factory=dict)  # placeholders the proxy fills
     extra_env: dict[str, str] = field(default_factory=dict)
     resume_session_id: str | None = None  # continue this CLI session if it exists on this worker
     jail: Jail | None = None  # where its processes run; None only with BATON_AGENT_SANDBOX=off
@@ -105,5 +107,6 @@ def agent_environment(request: AgentRequest) -> dict[str, str]:
     for name in request.passthrough_env:
         if name not in FORBIDDEN_ENV and name in os.environ:
             env[name] = os.environ[name]
+    env.update(request.held_env)  # the keys the proxy holds: only their placeholders here
     env.update({k: v for k, v in request.extra_env.items() if k not in FORBIDDEN_ENV})
     return env

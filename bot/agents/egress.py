@@ -16,12 +16,14 @@ import logging
 import os
 import re
 import socket
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+import ssl
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from importlib import resources
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +81,28 @@ class HostPort:
 
 
 @dataclass(frozen=True)
+class HeldCredential:
+    """A provider credential the proxy holds: the agent sees only its placeholder.
+
+    The agent speaks plain HTTP to the proxy for `host`; the proxy puts the value in
+    place of the placeholder in the request's credential headers, and goes on to the
+    host over TLS when `tls` (it can rewrite only what it can read).
+    """
+
+    placeholder: str
+    value: str = field(repr=False)
+    host: HostPort  # where the value goes, and nowhere else
+    tls: bool
+
+
+@dataclass(frozen=True)
 class EgressPolicy:
     """Where one agent run may connect: `allowlist` only `allowed`, `open` any public host."""
 
     mode: Literal["allowlist", "open"]
     allowed: frozenset[HostPort] = frozenset()
+    credentials: tuple[HeldCredential, ...] = ()
+    agent_env: Mapping[str, str] = field(default_factory=dict)  # in place of those keys
 
 
 @dataclass(frozen=True)
@@ -101,6 +120,7 @@ class ProxyRequest:
     target: HostPort
     tunnel: bool  # CONNECT: relay raw bytes once the tunnel is up
     upstream_head: bytes = b""  # plain HTTP: the request rewritten to origin-form
+    tls: bool = False  # plain HTTP from the agent, on to the host over TLS
 
 
 def parse_host_port(entry: str) -> HostPort:
@@ -245,6 +265,94 @@ def parse_request_head(head: bytes) -> ProxyRequest:
     return ProxyRequest(destination, tunnel=False, upstream_head=upstream_head)
 
 
+# The headers a provider's credential travels in: Anthropic's `x-api-key`, and the
+# `Authorization: Bearer` of OpenAI's and of Anthropic's OAuth tokens.
+CREDENTIAL_HEADERS = frozenset({"x-api-key", "authorization"})
+
+
+def lend_credentials(request: ProxyRequest, credentials: Sequence[HeldCredential]) -> ProxyRequest:
+    """Return the plain HTTP request with the held credentials of its host in place (pure).
+
+    A request to a held credential's host (on port 80 where the credential goes over
+    TLS) has each placeholder in its credential headers replaced by the value, and goes
+    on over TLS where the credential says; any other request is returned as it is.
+    """
+    if request.tunnel:
+        return request
+    held = [c for c in credentials if request.target == _plain(c)]
+    if not held:
+        return request
+    lines = [_lent(line, held) for line in request.upstream_head.split(b"\r\n")]
+    return replace(request, target=held[0].host, tls=held[0].tls, upstream_head=b"\r\n".join(lines))
+
+
+def _plain(held: HeldCredential) -> HostPort:
+    """Return where the agent sends plain HTTP for the credential's host."""
+    return HostPort(held.host.host, 80) if held.tls else held.host
+
+
+def _lent(line: bytes, held: Sequence[HeldCredential]) -> bytes:
+    name, colon, value = line.partition(b":")
+    if not colon or name.strip().lower().decode("latin-1") not in CREDENTIAL_HEADERS:
+        return line
+    for credential in held:
+        value = value.replace(credential.placeholder.encode(), credential.value.encode("latin-1"))
+    return name + colon + value
+
+
+@dataclass(frozen=True)
+class HeldKeys:
+    """An adapter's provider keys as the proxy holds them: the jail's environment in their
+    place, and the credentials the proxy adds."""
+
+    env: dict[str, str]
+    credentials: tuple[HeldCredential, ...]
+
+
+# Per adapter: the variable naming its provider's endpoint, the endpoint it means when
+# unset, and the variables holding keys the CLI sends in a credential header. Claude
+# Code reads ANTHROPIC_BASE_URL, and sends ANTHROPIC_API_KEY as `x-api-key` and
+# ANTHROPIC_AUTH_TOKEN as a Bearer token. (Its subscription login, Codex and aider
+# keep their keys: see docs/security.md.)
+_HELD_KEYS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "claude": (
+        "ANTHROPIC_BASE_URL",
+        "https://api.anthropic.com",
+        ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+    ),
+}
+PLACEHOLDER = "baton-proxy-holds-{name}"
+
+
+def held_keys(adapter: str, env: Mapping[str, str]) -> HeldKeys:
+    """Return how the proxy holds the adapter's keys among env, the agent's environment (pure).
+
+    The jail gets a placeholder for each key, and its endpoint as plain `http://`, so
+    the proxy reads each request and adds the key; an `https://` endpoint is reached
+    over TLS from the proxy on. Raise ValueError for an endpoint that is not http(s).
+    """
+    if adapter not in _HELD_KEYS:
+        return HeldKeys(env={}, credentials=())
+    endpoint_name, default, names = _HELD_KEYS[adapter]
+    present = [name for name in names if env.get(name)]
+    if not present:
+        return HeldKeys(env={}, credentials=())
+    endpoint = env.get(endpoint_name) or default
+    parts = urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{endpoint_name}={endpoint!r} is not an http(s) URL")
+    tls = parts.scheme == "https"
+    host = HostPort(parts.hostname, parts.port or (443 if tls else 80))
+    plain = f"http://{_bracketed(host.host)}" + ("" if tls or host.port == 80 else f":{host.port}")
+    jail_env = {endpoint_name: plain + parts.path.rstrip("/")}
+    credentials = []
+    for name in present:
+        placeholder = PLACEHOLDER.format(name=name)
+        jail_env[name] = placeholder
+        credentials.append(HeldCredential(placeholder, env[name], host, tls))
+    return HeldKeys(env=jail_env, credentials=tuple(credentials))
+
+
 def bridge_argv(python: str, socket_path: Path, port: int, argv: Sequence[str]) -> list[str]:
     """Return the command line that runs argv behind the bridge on 127.0.0.1:port."""
     if not 0 < port < 65536:
@@ -361,7 +469,7 @@ class Egress:
         try:
             async with asyncio.timeout(HEAD_TIMEOUT_S):
                 head = await reader.readuntil(b"\r\n\r\n")
-            request = parse_request_head(head)
+            request = lend_credentials(parse_request_head(head), self._policy.credentials)
         except asyncio.IncompleteReadError:
             return  # gone before it finished asking
         except (TimeoutError, asyncio.LimitOverrunError, ValueError):
@@ -392,7 +500,9 @@ class Egress:
         try:
             # The addresses judged are the ones connected to: no second lookup to rebind.
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                upstream_reader, upstream_writer = await _connect(addresses, target.port)
+                upstream_reader, upstream_writer = await _connect(
+                    addresses, target, tls=request.tls
+                )
         except (OSError, TimeoutError) as exc:
             reason = str(exc) or "timed out"
             await _fail(
@@ -477,13 +587,17 @@ async def _resolve(target: HostPort) -> list[IPAddress]:
 
 
 async def _connect(
-    addresses: Sequence[IPAddress], port: int
+    addresses: Sequence[IPAddress], target: HostPort, tls: bool = False
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Connect to the first of addresses that answers."""
+    """Connect to the first of addresses that answers; over TLS, verified as target's host."""
     error: OSError = OSError("no address to connect to")
+    context = ssl.create_default_context() if tls else None
+    hostname = target.host if tls else None
     for address in addresses:
         try:
-            return await asyncio.open_connection(str(address), port, limit=CHUNK)
+            return await asyncio.open_connection(
+                str(address), target.port, limit=CHUNK, ssl=context, server_hostname=hostname
+            )
         except OSError as exc:
             error = exc
     raise error

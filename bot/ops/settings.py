@@ -339,6 +339,13 @@ class Settings(BaseSettings):
         description="Names of variables (provider API keys) handed to the agent; "
         "GitHub credentials and App secrets are never handed over.",
     )
+    agent_keys_in_proxy: bool = Field(
+        default=True,
+        validation_alias="BATON_AGENT_KEYS_IN_PROXY",
+        description="Keep the provider key out of the sandbox where the CLI allows it "
+        "(Claude Code's ANTHROPIC_API_KEY and ANTHROPIC_AUTH_TOKEN): the agent holds a "
+        "placeholder and the proxy adds the key to its provider's requests.",
+    )
     agent_wall_clock_minutes: float = Field(
         default=60.0, gt=0, validation_alias="BATON_AGENT_WALL_CLOCK_MINUTES"
     )

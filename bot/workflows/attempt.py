@@ -700,6 +700,7 @@ class _Attempt:
                 deadline=utcnow() + timedelta(seconds=self.settings.agent_wall_clock_seconds),
                 home=home,
                 passthrough_env=tuple(self.settings.agent_passthrough_env),
+                held_env=policy.agent_env if policy is not None else {},
                 # The agent picks its session up where the CLI can and the session is on this
                 # machine; the brief alone is always enough when it cannot.
                 resume_session_id=_previous_session(continuation),

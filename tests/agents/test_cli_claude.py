@@ -152,6 +152,28 @@ async def test_a_file_edited_with_the_clis_own_tools_is_a_success_baton_commits(
     assert sorted(p.name for p in worktree.iterdir()) == sorted([".git", *PROJECT, "NOTES.md"])
 
 
+async def test_the_provider_key_stays_with_the_proxy_and_the_agent_holds_a_placeholder(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prompt-injected agent that reads its environment finds no key to send anywhere:
+    Claude Code sends the placeholder, and the proxy puts the key in `x-api-key`."""
+    credentials(monkeypatch, API_KEY)
+    start = await rig.provision()
+    rig.provider.script(
+        bash("printenv ANTHROPIC_API_KEY ANTHROPIC_BASE_URL"),
+        text("Looked around."),
+    )
+    outcome = await rig.run(start)
+
+    assert outcome.result.status == "success", outcome.result
+    key = API_KEY["ANTHROPIC_API_KEY"]
+    sent = [{k.lower(): v for k, v in seen.headers.items()} for seen in rig.provider.seen]
+    assert sent and all(headers.get("x-api-key") == key for headers in sent)
+    shown = rig.provider.loop_requests[1].last_tool_result_text()
+    assert "baton-proxy-holds-ANTHROPIC_API_KEY" in shown and key not in shown, shown
+    quiet(outcome)
+
+
 async def test_the_agent_runs_the_tests_and_commits_in_the_jail(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:

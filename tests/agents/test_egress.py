@@ -15,7 +15,9 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import stat
+import subprocess
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -29,11 +31,14 @@ from aiohttp import web
 from bot.agents.egress import (
     BRIDGE_SOURCE,
     EgressPolicy,
+    HeldCredential,
     HostPort,
     IPAddress,
     ProxyRequest,
     bridge_argv,
+    held_keys,
     judge,
+    lend_credentials,
     parse_host_port,
     parse_request_head,
     provider_hosts,
@@ -831,3 +836,112 @@ async def test_the_socket_is_private_and_every_connection_ends_with_the_proxy(
     assert await asyncio.wait_for(reader.read(), 5) == b""
     writer.close()
     assert not socket_path.exists()
+
+
+# -- keys the proxy holds ------------------------------------------------------------------
+
+HELD = "baton-proxy-holds-ANTHROPIC_API_KEY"
+KEY = "sk-ant-api03-the-real-one"
+
+
+def test_claude_codes_key_is_held_and_its_endpoint_spoken_to_in_plain_http() -> None:
+    held = held_keys("claude", {"ANTHROPIC_API_KEY": KEY, "OTHER": "x"})
+    assert held.env == {"ANTHROPIC_BASE_URL": "http://api.anthropic.com", "ANTHROPIC_API_KEY": HELD}
+    assert held.credentials == (HeldCredential(HELD, KEY, ANTHROPIC, tls=True),)
+    assert KEY not in repr(held.credentials)  # never in a log line
+
+    gateway = {"ANTHROPIC_AUTH_TOKEN": KEY, "ANTHROPIC_BASE_URL": "http://10.0.0.5:4000/llm/"}
+    held = held_keys("claude", gateway)
+    assert held.env["ANTHROPIC_BASE_URL"] == "http://10.0.0.5:4000/llm"
+    [credential] = held.credentials
+    assert (credential.host, credential.tls) == (HostPort("10.0.0.5", 4000), False)
+
+
+def test_nothing_is_held_without_a_key_or_for_a_cli_that_cannot() -> None:
+    assert held_keys("claude", {}).credentials == ()
+    assert held_keys("codex", {"OPENAI_API_KEY": KEY}).env == {}
+    with pytest.raises(ValueError, match="ANTHROPIC_BASE_URL='ftp://x' is not an http"):
+        held_keys("claude", {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": "ftp://x"})
+
+
+def plain(target: str, *headers: str) -> ProxyRequest:
+    lines = "".join(f"{header}\r\n" for header in headers)
+    return parse_request_head(f"POST http://{target}/v1/messages HTTP/1.1\r\n{lines}\r\n".encode())
+
+
+def test_the_key_goes_in_its_credential_header_to_its_own_host_only() -> None:
+    credential = HeldCredential(HELD, KEY, ANTHROPIC, tls=True)
+    lent = lend_credentials(
+        plain("api.anthropic.com", f"x-api-key: {HELD}", f"X-Note: {HELD}"), (credential,)
+    )
+    assert (lent.target, lent.tls) == (ANTHROPIC, True)
+    assert f"x-api-key: {KEY}".encode() in lent.upstream_head
+    assert f"X-Note: {HELD}".encode() in lent.upstream_head  # no echo of the key elsewhere
+    elsewhere = plain("example.com", f"x-api-key: {HELD}")
+    assert lend_credentials(elsewhere, (credential,)) == elsewhere
+    tunnel = parse_request_head(b"CONNECT api.anthropic.com:443 HTTP/1.1\r\n\r\n")
+    assert lend_credentials(tunnel, (credential,)) == tunnel
+
+
+@pytest.fixture
+def tls_provider(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A certificate for localhost that this process trusts (SSL_CERT_FILE): the provider's."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    return tmp_path
+
+
+async def test_the_proxy_adds_the_key_and_goes_on_over_tls(
+    socket_dir: Path, tls_provider: Path
+) -> None:
+    """The agent speaks plain HTTP with a placeholder; the provider, over TLS, gets the key."""
+
+    async def answer(request: web.Request) -> web.Response:
+        return web.Response(text=f"key={request.headers.get('x-api-key')}")
+
+    app = web.Application()
+    app.router.add_post("/v1/messages", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tls_provider / "cert.pem", tls_provider / "key.pem")
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    provider = HostPort("localhost", port)
+    policy = EgressPolicy(
+        "allowlist", frozenset({provider}), (HeldCredential(HELD, KEY, provider, tls=True),)
+    )
+    try:
+        socket_path = socket_dir / "egress.sock"
+        async with serve_egress(policy, socket_path, RUN):
+            head = (
+                "POST http://localhost/v1/messages HTTP/1.1\r\n"
+                f"x-api-key: {HELD}\r\nContent-Length: 0\r\n\r\n"
+            )
+            said = await ask(socket_path, head.encode(), within=WAIT_S)
+    finally:
+        await runner.cleanup()
+    assert said.startswith(b"HTTP/1.1 200 OK") and said.endswith(f"key={KEY}".encode()), said
