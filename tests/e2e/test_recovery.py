@@ -25,10 +25,14 @@ from tests.e2e.test_loop import (
     queued_issue,
     run_state,
 )
+from tests.e2e.test_observability import OPERATOR_TOKEN, scrape, value
 from tests.support import StackSpec, sweep
 
 # The sweep is put off for a day: each test runs it when it means to, as `baton sweep`.
-STACK = StackSpec(database=21, env={"BATON_SWEEP_INTERVAL_SECONDS": "86400"})
+STACK = StackSpec(
+    database=21,
+    env={"BATON_SWEEP_INTERVAL_SECONDS": "86400", "BATON_OPERATOR_TOKEN": OPERATOR_TOKEN},
+)
 FAILS_ONCE = "agent@1: sleep 3\nagent@1: exit 1\nagent@2: write greeting.txt hello"
 
 
@@ -81,8 +85,11 @@ async def test_an_issue_shown_in_progress_with_no_run_is_handed_back_by_the_swee
     # Baton's records of it are gone (expired, or a Redis that was lost): only the label says.
     await maintainer.add_label(repo, number, "baton:in-progress")
     issue = IssueRef(installation_id=1, repo=repo, number=number)
+    before = value(await scrape(stack), "baton_sweep_findings_total", outcome="stuck")
     said = await asyncio.to_thread(sweep, stack)
     assert f"stuck {issue}" in said, said
+    found = value(await scrape(stack), "baton_sweep_findings_total", outcome="stuck")
+    assert found == before + 1, "an operator's dashboard counts it"
     await eventually(lambda: labels_are(maintainer, repo, number, set()), "the label off")
     comments = await maintainer.gh.getitem(
         "/repos/{+repo}/issues/{number}/comments", {"repo": repo, "number": number}

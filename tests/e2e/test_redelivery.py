@@ -21,10 +21,14 @@ from tests.e2e.test_loop import (
     queued_issue,
     run_state,
 )
+from tests.e2e.test_observability import OPERATOR_TOKEN, scrape, value
 from tests.support import StackSpec, baton_command
 
 # The sweep is put off for a day: what brings the lost label back is the redelivery.
-STACK = StackSpec(database=20, env={"BATON_SWEEP_INTERVAL_SECONDS": "86400"})
+STACK = StackSpec(
+    database=20,
+    env={"BATON_SWEEP_INTERVAL_SECONDS": "86400", "BATON_OPERATOR_TOKEN": OPERATOR_TOKEN},
+)
 CLOSED_PORT = "http://127.0.0.1:9/webhook"  # Baton down: nothing listens there
 
 
@@ -54,10 +58,16 @@ async def test_a_label_lost_while_baton_was_down_is_delivered_again_once(
     finally:
         await maintainer.gh.delete("/_sandbox/faults")
     assert "asked again 0," in unanswered and store.latest_run(issue) is None, unanswered
+    asked_before = value(await scrape(stack), "baton_webhook_redeliveries_total", outcome="asked")
     said = await asyncio.to_thread(baton_command, stack, "redeliver")
     # The label's event, and any other the closed port lost meanwhile (the issue's opening).
     asked = re.search(r"asked again (\d+),", said)
     assert asked is not None and int(asked[1]) >= 1, said
+    counted = await scrape(stack)
+    assert value(
+        counted, "baton_webhook_redeliveries_total", outcome="asked"
+    ) == asked_before + int(asked[1])
+    assert value(counted, "baton_webhook_redeliveries_total", outcome="left") >= 1  # unanswered
     await eventually(
         lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the redelivered run", 60
     )
