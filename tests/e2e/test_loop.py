@@ -399,6 +399,30 @@ async def test_concurrent_and_repeated_deliveries_make_one_run(
     assert len(await baton_comments(maintainer, repo, number)) == 1
 
 
+async def test_two_issues_whose_agents_push_the_same_commit_both_go_to_review(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """GitHub reports checks per commit, not per branch: two agents that make the same fix
+    on the same parent as of the same second push one head, and each run on it settles."""
+    repo = await new_repo(maintainer, stack)
+    same_fix = f"{GREETING_FIX}\nagent: commit-at 2026-12-01T09:00:00+00:00 Greet with hello"
+    numbers = [
+        await queued_issue(maintainer, repo, title, same_fix) for title in ("Greet", "Greet too")
+    ]
+    runs = [
+        await eventually(
+            lambda n=n: run_state(store, repo, n, RunState.PUSHED_GREEN), f"#{n} green", 120
+        )
+        for n in numbers
+    ]
+    assert runs[0].head_sha == runs[1].head_sha is not None, "one head for both"
+    assert runs[0].pr_number != runs[1].pr_number
+    for number in numbers:
+        await eventually(
+            lambda n=number: labels_are(maintainer, repo, n, {"baton:review"}), f"#{number} review"
+        )
+
+
 async def _last_labeled_delivery(maintainer: Maintainer, repo: str) -> dict[str, Any]:
     repo_id = (await maintainer.gh.getitem("/repos/{+repo}", {"repo": repo}))["id"]
     deliveries = await maintainer.gh.getitem("/_sandbox/deliveries?event=issues&action=labeled")

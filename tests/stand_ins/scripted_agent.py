@@ -7,6 +7,7 @@ says in its issue what the agent does:
     agent: lines PATH COUNT    write COUNT numbered lines to PATH (a diff too large to show)
     agent: delete PATH         delete the file at PATH
     agent: commit MESSAGE      commit what is there so far
+    agent: commit-at DATE MSG  commit it as of DATE (ISO 8601): the same work, the same sha
     agent: sleep SECONDS
     agent: exit CODE           stop with that exit code
     agent: window SECONDS      report a provider usage window that resets in SECONDS, and stop
@@ -60,6 +61,15 @@ def commit(rest: str, _attempt: str) -> int | None:
     subprocess.run([*GIT, "add", "-A"], check=True)
     subprocess.run([*GIT, "commit", "-q", "-m", rest], check=True)
     print(f"committed {rest}")
+    return None
+
+
+def commit_at(rest: str, _attempt: str) -> int | None:
+    date, _, message = rest.partition(" ")
+    dated = {**os.environ, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+    subprocess.run([*GIT, "add", "-A"], check=True)
+    subprocess.run([*GIT, "commit", "-q", "-m", message], check=True, env=dated)
+    print(f"committed {message} as of {date}")
     return None
 
 
@@ -126,6 +136,7 @@ VERBS: dict[str, Callable[[str, str], int | None]] = {
     "lines": lines,
     "delete": delete,
     "commit": commit,
+    "commit-at": commit_at,
     "merge": merge,
     "say": say,
     "sleep": sleep,
