@@ -219,6 +219,8 @@ async def _settle(services: Services, gh: GitHubClient, settlement: Settlement) 
         case ConcludeOrphan(run=run):
             return await conclude_orphan(services, gh, run)
         case PerformRecovery(run=run):
+            if not services.store.owed_replay_due(run.issue, run.attempt):
+                return False  # replayed a moment ago and failed: the pause grows each time
             return await recover_owed(services, gh, run) is not None
         case SettlePull(issue=issue, pull=pull, merged=merged):
             await settle_pull_closed(services, issue.installation_id, issue.repo, pull, merged)

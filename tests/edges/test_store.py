@@ -323,3 +323,17 @@ async def test_the_comment_mutex_outlives_its_ttl_while_held_and_a_waiter_never_
     store.redis.set(keys.comment_lock(ISSUE), "a worker that died", px=300)
     async with store.comment_lock(ISSUE):  # waits out its TTL, and no longer
         pass
+
+
+def test_the_sweep_replays_an_owed_recovery_at_once_then_less_and_less_often(
+    store: Store,
+) -> None:
+    assert store.owed_replay_due(ISSUE, 1), "the first replay is at once"
+    assert not store.owed_replay_due(ISSUE, 1), "not again at the next pass"
+    pauses = []
+    for _ in range(10):
+        pauses.append(store.redis.ttl(keys.owed_pause(ISSUE, 1)))
+        store.redis.delete(keys.owed_pause(ISSUE, 1))  # the pause is over
+        assert store.owed_replay_due(ISSUE, 1)
+    assert pauses[:4] == [60, 120, 240, 480] and max(pauses) == 6 * 3600
+    assert store.owed_replay_due(ISSUE, 2), "each attempt has its own"

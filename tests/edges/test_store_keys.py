@@ -40,6 +40,8 @@ KEYS = {
     "IN_FLIGHT": (keys.IN_FLIGHT, "baton:in-flight"),
     "open_pulls": (keys.open_pulls("octo/widgets"), "baton:open-pulls:octo/widgets"),
     "checkpoint": (keys.checkpoint(ISSUE, 2), "baton:issue:octo/widgets:12:checkpoint:2"),
+    "owed_replays": (keys.owed_replays(ISSUE, 2), "baton:issue:octo/widgets:12:owed-replays:2"),
+    "owed_pause": (keys.owed_pause(ISSUE, 2), "baton:issue:octo/widgets:12:owed-pause:2"),
     "salvage": (keys.salvage(ISSUE), "baton:issue:octo/widgets:12:salvage"),
     "transcript": (keys.transcript(ISSUE, 2), "baton:issue:octo/widgets:12:transcript:2"),
     "checked": (keys.checked("octo/widgets", "b" * 40), f"baton:checked:octo/widgets:{'b' * 40}"),

@@ -24,6 +24,8 @@ key. RQ's own keys (`rq:...`) are RQ's and not listed.
 | `open_pulls`          | baton:open-pulls:{repo}                  | hash   | runs        | 90 d   |
 | `checkpoint`          | {issue}:checkpoint:{attempt}             | string | runs        | 90 d   |
 | `salvage`             | {issue}:salvage                          | hash   | runs        | 7 d    |
+| `owed_replays`        | {issue}:owed-replays:{attempt}           | string | runs        | 7 d    |
+| `owed_pause`          | {issue}:owed-pause:{attempt}             | string | runs        | pause  |
 | `checked`             | baton:checked:{repo}:{sha}               | string | runs        | 90 d   |
 | `settling`            | baton:settling:{repo}:{sha}              | string | runs        | 120 s  |
 | `desired_label`       | {issue}:desired-label                    | string | issue_state | 90 d   |
@@ -90,6 +92,7 @@ the sweep's lease); `reopen` is the instant the usage window reopens (PXAT). 90 
 `RUN_TTL_S`: what Baton keeps of an issue goes with its runs. 40 d is `SPEND_TTL_S`:
 the budgets' rolling 30 days, and some to spare. `days` is `BATON_TRANSCRIPT_DAYS`.
 `stop` is the instant a secondary rate limit lifts (PXAT); `calm` is an hour past it.
+`pause` doubles with each replay of an owed recovery, from a minute up to six hours.
 A key without a TTL stays bounded another way:
 
 - `INTAKE_STREAM`: entries are deleted as forwarded; trimmed near `INTAKE_MAXLEN`.
@@ -219,6 +222,16 @@ def open_pulls(repo: str) -> str:
 def checkpoint(issue: IssueRef, attempt: int) -> str:
     """Return the key of the last checkpoint an attempt pushed."""
     return _issue(issue, "checkpoint", str(attempt))
+
+
+def owed_replays(issue: IssueRef, attempt: int) -> str:
+    """Return the key counting the sweep's replays of an attempt's owed recovery."""
+    return _issue(issue, "owed-replays", str(attempt))
+
+
+def owed_pause(issue: IssueRef, attempt: int) -> str:
+    """Return the key that holds the sweep off an owed recovery until its next replay."""
+    return _issue(issue, "owed-pause", str(attempt))
 
 
 def salvage(issue: IssueRef) -> str:

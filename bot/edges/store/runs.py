@@ -21,6 +21,8 @@ from bot.ops.metrics import run_duration, run_settled
 
 RECENT_RUNS_KEPT = 200
 SALVAGE_TTL_S = 7 * 24 * 3600  # a salvage serves the next attempt, minutes or hours later
+OWED_PAUSE_S = 60  # after the sweep's first replay of an owed recovery; doubled each time
+LONGEST_OWED_PAUSE_S = 6 * 3600
 # Forget a kept salvage only if no later checkpoint replaced it.
 _DROP_SALVAGE = """
 if redis.call('HGET', KEYS[1], 'sha') == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -417,6 +419,22 @@ class RunStore(StoreBase):
     def drop_salvage(self, issue: IssueRef, sha: str) -> None:
         """Forget the issue's kept salvage if it is still the one at sha."""
         self.redis.eval(_DROP_SALVAGE, 1, keys.salvage(issue), sha)
+
+    def owed_replay_due(self, issue: IssueRef, attempt: int) -> bool:
+        """Tell whether the sweep may replay an attempt's owed recovery now, and if so count it.
+
+        A recovery that fails every time (a comment GitHub refuses for good, say) is not
+        replayed at every pass: the pause after each replay doubles, from a minute to six
+        hours, and the first replay is at once.
+        """
+        if self.redis.exists(keys.owed_pause(issue, attempt)):
+            return False
+        with self.redis.pipeline() as pipe:
+            pipe.incr(keys.owed_replays(issue, attempt))
+            pipe.expire(keys.owed_replays(issue, attempt), SALVAGE_TTL_S)
+            replays = int(pipe.execute()[0])
+        pause = min(OWED_PAUSE_S * 2 ** (replays - 1), LONGEST_OWED_PAUSE_S)
+        return bool(self.redis.set(keys.owed_pause(issue, attempt), "1", nx=True, ex=pause))
 
     def note_check_result(self, repo: str, sha: str) -> None:
         """Record that a check result for a head came in (it may precede the head's PR)."""
