@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import time
 from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from typing import ParamSpec
@@ -12,9 +13,10 @@ from typing import ParamSpec
 from gidgethub import BadRequest
 
 from bot.domain.model import IssueRef
+from bot.domain.pacing import HOLD_WORKER_S
 from bot.edges.github import InstallationGone, WritesPaused
 from bot.edges.queue import Dispatcher
-from bot.edges.store import Store
+from bot.edges.store import MutexBusy, Store
 from bot.ops.logs import log_context
 from bot.ops.metrics import JOBS, Tally
 from bot.ops.settings import load_settings
@@ -67,6 +69,13 @@ def job(func: Callable[P, str]) -> Callable[P, str]:
                 # this job runs again, whole, when the wait ends (jobs are safe to run twice).
                 log.warning("put back: %s", exc)
                 services().dispatch.enqueue_current_again(exc.until)
+                outcome = "paused"
+                return outcome
+            except MutexBusy as exc:
+                # Another job is writing the issue's comments, slowed by the write pace:
+                # this one runs again, whole, once that job has had its time.
+                log.warning("put back: %s", exc)
+                services().dispatch.enqueue_current_again(time.time() + HOLD_WORKER_S)
                 outcome = "paused"
                 return outcome
             except BadRequest as exc:

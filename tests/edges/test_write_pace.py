@@ -24,7 +24,7 @@ from bot.domain.pacing import HOLD_WORKER_S, WritePace
 from bot.edges.api import graphql_endpoint
 from bot.edges.github import WritesPaused, github_app
 from bot.edges.queue import Dispatcher
-from bot.edges.store import Store
+from bot.edges.store import Store, keys
 from bot.ops.settings import Settings
 from bot.workflows.conclude import post_status
 from bot.workflows.services import Services
@@ -211,3 +211,15 @@ async def test_a_status_edit_overtaken_while_it_waits_for_its_turn_is_dropped(
         if call.startswith("PATCH")
     )
     assert edits == 1  # "running" was never sent
+
+
+def test_secondary_limits_in_one_burst_count_once_and_a_later_one_counts_on(store: Store) -> None:
+    """Writes already on their way when GitHub said stop are answered the same: the stop
+    doubles for answers in a row, not for the writes of one burst."""
+    assert store.secondary_limits_in_a_row(APP, 1) == 1
+    store.stop_installation(APP, 1, time.time() + 60)
+    assert [store.secondary_limits_in_a_row(APP, 1) for _ in range(5)] == [1] * 5
+    store.redis.delete(keys.secondary_stop(APP, 1))  # the stop is over
+    assert store.secondary_limits_in_a_row(APP, 1) == 2
+    store.stop_installation(APP, 1, time.time() + 120)
+    assert 3600 < store.redis.ttl(keys.secondary_limits(APP, 1)) <= 3720  # an hour past it

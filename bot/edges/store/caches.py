@@ -23,11 +23,16 @@ _LONGER_STOP = """
 local current = redis.call('GET', KEYS[1])
 if not current or tonumber(current) < tonumber(ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[2])
+  redis.call('PEXPIREAT', KEYS[2], ARGV[3])
 end
 """
-# Count a secondary-limit answer; the count lasts an hour past the stop that follows it,
-# so answers in a row are counted over put-back jobs and processes.
+# Count a secondary-limit answer in a row: one that comes while a stop is on is of the
+# same burst (writes already on their way), and counts nothing more. The count lasts an
+# hour past the stop that follows it, over put-back jobs and processes.
 _LIMITS_IN_A_ROW = """
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return tonumber(redis.call('GET', KEYS[1]) or '1')
+end
 local count = redis.call('INCR', KEYS[1])
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 return count
@@ -146,18 +151,24 @@ class CacheStore(StoreBase):
         """
         self.redis.eval(
             _LONGER_STOP,
-            1,
+            2,
             keys.secondary_stop(app, installation_id),
+            keys.secondary_limits(app, installation_id),
             repr(until),
             int(until * 1000) + 1,
+            int((until + CALM_S) * 1000),
         )
-        limits = keys.secondary_limits(app, installation_id)
-        self.redis.pexpireat(limits, int((until + CALM_S) * 1000))
 
     def secondary_limits_in_a_row(self, app: str, installation_id: int) -> int:
-        """Count one more secondary-limit answer to the installation; return how many in a row."""
-        key = keys.secondary_limits(app, installation_id)
-        return int(self.redis.eval(_LIMITS_IN_A_ROW, 1, key, CALM_S))
+        """Count one more secondary-limit answer to the installation; return how many in a row.
+
+        An answer while a stop is on belongs to the burst that stop answered, and adds none.
+        """
+        limits, stop = (
+            keys.secondary_limits(app, installation_id),
+            keys.secondary_stop(app, installation_id),
+        )
+        return int(self.redis.eval(_LIMITS_IN_A_ROW, 2, limits, stop, CALM_S))
 
     def installation_stopped_until(self, app: str, installation_id: int) -> float | None:
         """Return until when the installation's requests wait for a secondary limit, if they do."""
