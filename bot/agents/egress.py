@@ -93,6 +93,7 @@ class HeldCredential:
     value: str = field(repr=False)
     host: HostPort  # where the value goes, and nowhere else
     tls: bool
+    path: str = ""  # the endpoint's path: a gateway's other tenants are under other paths
 
 
 @dataclass(frozen=True)
@@ -268,6 +269,7 @@ def parse_request_head(head: bytes) -> ProxyRequest:
 # The headers a provider's credential travels in: Anthropic's `x-api-key`, and the
 # `Authorization: Bearer` of OpenAI's and of Anthropic's OAuth tokens.
 CREDENTIAL_HEADERS = frozenset({"x-api-key", "authorization"})
+LENT_TO = frozenset({b"GET", b"POST"})  # the methods a provider's API is called with
 
 
 def lend_credentials(request: ProxyRequest, credentials: Sequence[HeldCredential]) -> ProxyRequest:
@@ -279,11 +281,22 @@ def lend_credentials(request: ProxyRequest, credentials: Sequence[HeldCredential
     """
     if request.tunnel:
         return request
-    held = [c for c in credentials if request.target == _plain(c)]
+    method, _, rest = request.upstream_head.partition(b" ")
+    path = rest.partition(b" ")[0].decode("latin-1")
+    if method not in LENT_TO:
+        return request  # TRACE and the like echo the request, the key with it
+    held = [c for c in credentials if request.target == _plain(c) and _under(path, c.path)]
     if not held:
         return request
     lines = [_lent(line, held) for line in request.upstream_head.split(b"\r\n")]
     return replace(request, target=held[0].host, tls=held[0].tls, upstream_head=b"\r\n".join(lines))
+
+
+def _under(path: str, base: str) -> bool:
+    """Tell whether a request's path is the endpoint's, or below it, with no way out of it."""
+    if "/." in path or "%2e" in path.lower() or "\\" in path:
+        return False  # `..` and its spellings would leave the base on the server's side
+    return (path.split("?", 1)[0] + "/").startswith(base + "/")
 
 
 def _plain(held: HeldCredential) -> HostPort:
@@ -344,12 +357,13 @@ def held_keys(adapter: str, env: Mapping[str, str]) -> HeldKeys:
     tls = parts.scheme == "https"
     host = HostPort(parts.hostname, parts.port or (443 if tls else 80))
     plain = f"http://{_bracketed(host.host)}" + ("" if tls or host.port == 80 else f":{host.port}")
-    jail_env = {endpoint_name: plain + parts.path.rstrip("/")}
+    base_path = parts.path.rstrip("/")
+    jail_env = {endpoint_name: plain + base_path}
     credentials = []
     for name in present:
         placeholder = PLACEHOLDER.format(name=name)
         jail_env[name] = placeholder
-        credentials.append(HeldCredential(placeholder, env[name], host, tls))
+        credentials.append(HeldCredential(placeholder, env[name], host, tls, base_path))
     return HeldKeys(env=jail_env, credentials=tuple(credentials))
 
 

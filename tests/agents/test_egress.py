@@ -855,6 +855,7 @@ def test_claude_codes_key_is_held_and_its_endpoint_spoken_to_in_plain_http() -> 
     assert held.env["ANTHROPIC_BASE_URL"] == "http://10.0.0.5:4000/llm"
     [credential] = held.credentials
     assert (credential.host, credential.tls) == (HostPort("10.0.0.5", 4000), False)
+    assert credential.path == "/llm"
 
 
 def test_nothing_is_held_without_a_key_or_for_a_cli_that_cannot() -> None:
@@ -881,6 +882,27 @@ def test_the_key_goes_in_its_credential_header_to_its_own_host_only() -> None:
     assert lend_credentials(elsewhere, (credential,)) == elsewhere
     tunnel = parse_request_head(b"CONNECT api.anthropic.com:443 HTTP/1.1\r\n\r\n")
     assert lend_credentials(tunnel, (credential,)) == tunnel
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "POST http://gw.example/v1/other-tenant/messages HTTP/1.1",
+        "POST http://gw.example/llm/../other-tenant/messages HTTP/1.1",
+        "POST http://gw.example/llm/%2E%2E/other-tenant HTTP/1.1",
+        "POST http://gw.example/llmx/messages HTTP/1.1",
+        "TRACE http://gw.example/llm/messages HTTP/1.1",
+    ],
+)
+def test_a_gateways_key_goes_only_to_its_own_path_and_never_to_an_echo(line: str) -> None:
+    """A shared gateway serves other accounts under other paths; TRACE echoes the request."""
+    credential = HeldCredential(HELD, KEY, HostPort("gw.example", 443), tls=True, path="/llm")
+    request = parse_request_head(f"{line}\r\nx-api-key: {HELD}\r\n\r\n".encode())
+    assert KEY.encode() not in lend_credentials(request, (credential,)).upstream_head
+    own = parse_request_head(
+        f"POST http://gw.example/llm/v1/messages HTTP/1.1\r\nx-api-key: {HELD}\r\n\r\n".encode()
+    )
+    assert f"x-api-key: {KEY}".encode() in lend_credentials(own, (credential,)).upstream_head
 
 
 @pytest.fixture
