@@ -780,6 +780,8 @@ class _Attempt:
                 log.warning(
                     "%s: salvage over %d bytes kept on this machine", self.issue, SALVAGE_CAP
                 )
+                self._drop_salvage()  # an older one kept would be restored as if it were this
+                self.salvage = salvage
                 return
             self._ensure_claim()
             self.store.keep_salvage(self.issue, KeptSalvage(sha=salvage.sha, bundle=bundle))
@@ -802,7 +804,7 @@ class _Attempt:
         return bool(leaks)
 
     def _drop_salvage(self) -> None:
-        """Forget the issue's kept salvage: the work it held is on the issue's branch now."""
+        """Forget the issue's kept salvage: its work is on the branch now, or outgrown."""
         if self.salvage_tip is None:
             return
         self.store.drop_salvage(self.issue, self.salvage_tip)

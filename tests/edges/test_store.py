@@ -292,8 +292,9 @@ def test_an_older_attempts_late_write_leaves_the_live_attempt_in_the_sweeps_view
 
     store.update_run(ISSUE, 1, lambda run: run.model_copy(update={"recovery_owed": False}))
     assert store.in_flight() == [ISSUE], "attempt 2 still runs"
+    store.next_attempt(claim)  # attempt 3 counted, its start refused: never recorded
     store.update_run(ISSUE, 2, lambda run: run.moved(RunState.FAILED, utcnow()))
-    assert store.in_flight() == []
+    assert store.in_flight() == [], "no attempt is live"
 
 
 async def test_the_comment_mutex_outlives_its_ttl_while_held_and_a_waiter_never_writes_beside(

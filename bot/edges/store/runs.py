@@ -31,8 +31,12 @@ return 0
 
 
 def _is_latest(pipe: redis.client.Pipeline, run: Run) -> bool:
-    """Tell, in a write's watch phase, whether run is its issue's newest attempt."""
-    return run.attempt >= int(pipe.get(keys.attempts(run.issue)) or 0)
+    """Tell, in a write's watch phase, whether run is its issue's newest attempt.
+
+    An attempt counted but never recorded (its start was refused) is none.
+    """
+    latest = int(pipe.get(keys.attempts(run.issue)) or 0)
+    return run.attempt >= latest or not pipe.exists(keys.run(run.issue, latest))
 
 
 @dataclass(frozen=True)
