@@ -92,8 +92,11 @@ class StoreBase:
     async def _renew_while_held(self, key: str, token: str, ttl_ms: int) -> None:
         while True:
             await asyncio.sleep(ttl_ms / 1000 / 3)
-            if not self._renew(keys=[key], args=[token, ttl_ms]):
-                return
+            try:
+                if not self._renew(keys=[key], args=[token, ttl_ms]):
+                    return  # lapsed and taken: nothing of this holder's to keep
+            except redis.RedisError:
+                continue  # a blip: two more tries before the lock would lapse
 
     def _indexed(self, key: str) -> list[tuple[IssueRef, datetime]]:
         entries = cast(list[tuple[object, float]], self.redis.zrange(key, 0, -1, withscores=True))
