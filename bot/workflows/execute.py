@@ -153,9 +153,17 @@ async def _report(services: Services, gh: GitHubClient, effect: Report) -> None:
 async def _report_config_error(
     services: Services, gh: GitHubClient, effect: ReportConfigError
 ) -> None:
-    """Say what is wrong with a version of the repository's file, unless it was said."""
-    if services.store.first_config_error(effect.issue, effect.blob_sha):
+    """Say what is wrong with a version of the repository's file, unless it was said.
+
+    Not said after all (the job put back, a failed call), it is said by the job's next run.
+    """
+    if not services.store.first_config_error(effect.issue, effect.blob_sha):
+        return
+    try:
         await concluding.post_status(services, gh, effect.issue, effect.body)
+    except BaseException:
+        services.store.forget_config_error(effect.issue, effect.blob_sha)
+        raise
 
 
 def _recorded(services: Services, effect: Effect) -> bool:

@@ -200,13 +200,13 @@ F, C, R, CH = RunMode.FRESH, RunMode.CONTINUE, RunMode.RETRY, RunMode.CHAIN
             Refuse(
                 note=f"not starting: {CONFIG.reason}",
                 reason=CONFIG.reason,
-                plan=(
-                    escalated(frozenset({LABELS.queue})),
+                plan=(  # said first: a job put back before it was said says it again
                     ReportConfigError(
                         issue=ISSUE,
                         blob_sha="b1",
                         body=render.config_error_comment(".github/baton.yml", "main", ["x"]),
                     ),
+                    escalated(frozenset({LABELS.queue})),
                 ),
             ),
         ),
@@ -221,8 +221,8 @@ F, C, R, CH = RunMode.FRESH, RunMode.CONTINUE, RunMode.RETRY, RunMode.CHAIN
                 note=f"not starting: {GONE}",
                 reason=GONE,
                 plan=(
-                    escalated(frozenset({LABELS.queue})),
                     PostStatus(issue=ISSUE, body=render.refusal_comment(GONE)),
+                    escalated(frozenset({LABELS.queue})),
                 ),
             ),
         ),

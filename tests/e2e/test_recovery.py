@@ -20,6 +20,7 @@ from tests.e2e.test_loop import (
     GREETING_FIX,
     PROJECT,
     baton_comments,
+    comment_saying,
     labels_are,
     new_repo,
     queued_issue,
@@ -125,3 +126,24 @@ async def test_a_start_whose_writes_must_wait_long_is_put_back_whole_and_costs_n
     [first, *_] = await baton_comments(maintainer, repo, number)
     posted = datetime.fromisoformat(first["created_at"]).timestamp()
     assert posted >= held_until - 1, "Baton's first write kept the pace"
+
+
+async def test_a_job_that_finds_the_issues_comments_held_is_put_back_and_says_its_piece_once(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """Another job's report can hold the issue's comment mutex for long while its paced
+    writes wait: a job that would write beside it goes back in the queue, whole."""
+    repo = await new_repo(maintainer, stack, {**PROJECT, ".github/baton.yml": "max_atempts: 2\n"})
+    opened = await maintainer.open_issue(repo, "Never starts", GREETING_FIX)
+    number = int(opened["number"])
+    issue = IssueRef(installation_id=1, repo=repo, number=number)
+    store.redis.set(keys.comment_lock(issue), "another job's report", px=35_000)
+    await maintainer.add_label(repo, number, "baton:queue")
+    comment = await eventually(
+        lambda: comment_saying(maintainer, repo, number, "is not valid"), "the config comment", 120
+    )
+    assert "`max_atempts`" in comment["body"]
+    await eventually(
+        lambda: labels_are(maintainer, repo, number, {"baton:escalated"}), "the escalated label"
+    )
+    assert len(await baton_comments(maintainer, repo, number)) == 1

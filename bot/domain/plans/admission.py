@@ -241,7 +241,11 @@ def _not_now(settings: Settings, facts: StartFacts) -> str | None:
 
 
 def _refusal(settings: Settings, facts: StartFacts) -> Refuse | None:
-    """Refuse a start on a file that starts nothing, or on a stack with no tip to build on."""
+    """Refuse a start on a file that starts nothing, or on a stack with no tip to build on.
+
+    The comment goes before the label: a job put back before it was said runs again on
+    an issue still queued, and says it then.
+    """
     escalated = SetLabel(
         issue=facts.issue,
         labels=settings.labels,
@@ -253,12 +257,12 @@ def _refusal(settings: Settings, facts: StartFacts) -> Refuse | None:
         body = render.config_error_comment(CONFIG_PATH, facts.default_branch, refused.problems)
         said = ReportConfigError(issue=facts.issue, blob_sha=refused.blob_sha, body=body)
         return Refuse(
-            note=f"not starting: {refused.reason}", reason=refused.reason, plan=(escalated, said)
+            note=f"not starting: {refused.reason}", reason=refused.reason, plan=(said, escalated)
         )
     if facts.stack is not None and facts.stack.refusal is not None:
         reason = facts.stack.refusal
         said_why = PostStatus(issue=facts.issue, body=render.refusal_comment(reason))
-        return Refuse(note=f"not starting: {reason}", reason=reason, plan=(escalated, said_why))
+        return Refuse(note=f"not starting: {reason}", reason=reason, plan=(said_why, escalated))
     return None
 
 

@@ -272,6 +272,10 @@ class IssueStateStore(StoreBase):
         key = keys.config_error(issue, blob_sha)
         return bool(self.redis.set(key, "1", nx=True, ex=RUN_TTL_S))
 
+    def forget_config_error(self, issue: IssueRef, blob_sha: str) -> None:
+        """Forget that the issue was told of an invalid file version (it was not posted)."""
+        self.redis.delete(keys.config_error(issue, blob_sha))
+
     # An issue that is gone ------------------------------------------------
 
     def forget_issue(self, issue: IssueRef) -> None:
