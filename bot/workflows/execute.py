@@ -43,6 +43,7 @@ from bot.domain.model import Run, RunState, utcnow
 from bot.domain.render import CheckSummary
 from bot.edges.api import create_reaction, mark_ready_for_review, post_comment
 from bot.edges.github import GitHubClient
+from bot.edges.store import MutexBusy
 from bot.ops.metrics import Tally
 from bot.workflows import conclude as concluding
 from bot.workflows.labels import set_state_label, sync_labels
@@ -313,10 +314,20 @@ async def _recover(
 
     Cut short (a failed call, a dead worker), the recovery stays owed: a retry of the
     job, the clock's takeover check or the sweep performs it (bot/workflows/sweep.py).
+    One process performs it at a time, and only while it is still owed: the sweep may
+    plan a replay while the first performance, slowed by the write pace, goes on.
     """
     if planned is None:
         return None
     done, plan = planned
-    await execute(services, gh, plan)
-    concluding.mark_recovered(services, done)
+    try:
+        async with services.store.recovery_turn(done.issue, done.attempt):
+            current = services.store.run(done.issue, done.attempt)
+            if current is None or not current.recovery_owed:
+                return None  # performed meanwhile by whoever had the turn
+            await execute(services, gh, plan)
+            concluding.mark_recovered(services, done)
+    except MutexBusy:
+        log.info("%s: attempt %d's recovery is being performed", done.issue, done.attempt)
+        return None
     return done

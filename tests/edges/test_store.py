@@ -338,3 +338,15 @@ def test_the_sweep_replays_an_owed_recovery_at_once_then_less_and_less_often(
         assert store.owed_replay_due(ISSUE, 1)
     assert pauses[:4] == [60, 120, 240, 480] and max(pauses) == 6 * 3600
     assert store.owed_replay_due(ISSUE, 2), "each attempt has its own"
+
+
+async def test_one_process_at_a_time_performs_an_attempts_recovery(store: Store) -> None:
+    """The sweep may plan a replay while the first performance still writes: it stands back."""
+    async with store.recovery_turn(ISSUE, 1):
+        with pytest.raises(MutexBusy):
+            async with store.recovery_turn(ISSUE, 1):
+                pytest.fail("two performances of one recovery")
+        async with store.recovery_turn(ISSUE, 2):
+            pass  # another attempt's is its own
+    async with store.recovery_turn(ISSUE, 1):
+        pass  # free again once performed

@@ -40,6 +40,7 @@ KEYS = {
     "IN_FLIGHT": (keys.IN_FLIGHT, "baton:in-flight"),
     "open_pulls": (keys.open_pulls("octo/widgets"), "baton:open-pulls:octo/widgets"),
     "checkpoint": (keys.checkpoint(ISSUE, 2), "baton:issue:octo/widgets:12:checkpoint:2"),
+    "recovering": (keys.recovering(ISSUE, 2), "baton:issue:octo/widgets:12:recovering:2"),
     "owed_replays": (keys.owed_replays(ISSUE, 2), "baton:issue:octo/widgets:12:owed-replays:2"),
     "owed_pause": (keys.owed_pause(ISSUE, 2), "baton:issue:octo/widgets:12:owed-pause:2"),
     "salvage": (keys.salvage(ISSUE), "baton:issue:octo/widgets:12:salvage"),

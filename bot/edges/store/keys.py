@@ -26,6 +26,7 @@ key. RQ's own keys (`rq:...`) are RQ's and not listed.
 | `salvage`             | {issue}:salvage                          | hash   | runs        | 7 d    |
 | `owed_replays`        | {issue}:owed-replays:{attempt}           | string | runs        | 7 d    |
 | `owed_pause`          | {issue}:owed-pause:{attempt}             | string | runs        | pause  |
+| `recovering`          | {issue}:recovering:{attempt}             | string | runs        | lock   |
 | `checked`             | baton:checked:{repo}:{sha}               | string | runs        | 90 d   |
 | `settling`            | baton:settling:{repo}:{sha}              | string | runs        | 120 s  |
 | `desired_label`       | {issue}:desired-label                    | string | issue_state | 90 d   |
@@ -227,6 +228,11 @@ def checkpoint(issue: IssueRef, attempt: int) -> str:
 def owed_replays(issue: IssueRef, attempt: int) -> str:
     """Return the key counting the sweep's replays of an attempt's owed recovery."""
     return _issue(issue, "owed-replays", str(attempt))
+
+
+def recovering(issue: IssueRef, attempt: int) -> str:
+    """Return the key of the turn to perform an attempt's recovery."""
+    return _issue(issue, "recovering", str(attempt))
 
 
 def owed_pause(issue: IssueRef, attempt: int) -> str:

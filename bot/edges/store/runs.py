@@ -424,6 +424,13 @@ class RunStore(StoreBase):
         """Forget the issue's kept salvage if it is still the one at sha."""
         self.redis.eval(_DROP_SALVAGE, 1, keys.salvage(issue), sha)
 
+    def recovery_turn(self, issue: IssueRef, attempt: int) -> AbstractAsyncContextManager[None]:
+        """Hold the turn to perform an attempt's recovery; MutexBusy at once if another has it.
+
+        Kept for as long as its holder lives (its writes may wait for the pace).
+        """
+        return self._kept_mutex(keys.recovering(issue, attempt), LOCK_TTL_MS, 0.0)
+
     def owed_replay_due(self, issue: IssueRef, attempt: int) -> bool:
         """Tell whether the sweep may replay an attempt's owed recovery now, and if so count it.
 
