@@ -7,7 +7,8 @@ and plans its recovery, and the plan is performed here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 from gidgethub import GraphQLException, HTTPException
 
@@ -64,6 +65,17 @@ def record(services: Services, plan: Iterable[Effect]) -> None:
     for effect in plan:
         if not _recorded(services, effect):
             raise TypeError(f"{type(effect).__name__} needs a GitHub client")
+
+
+@contextmanager
+def forgotten_on_failure(forget: Callable[[], None]) -> Iterator[None]:
+    """Forget that a thing was done once (a comment handled, a refusal said) when doing it
+    fails, so the job's next run does it (marked first, a duplicate meanwhile does nothing)."""
+    try:
+        yield
+    except BaseException:
+        forget()
+        raise
 
 
 async def perform(services: Services, gh: GitHubClient, effect: Effect) -> None:
@@ -158,13 +170,11 @@ async def _report_config_error(
 
     Not said after all (the job put back, a failed call), it is said by the job's next run.
     """
-    if not services.store.first_config_error(effect.issue, effect.blob_sha):
+    store = services.store
+    if not store.first_config_error(effect.issue, effect.blob_sha):
         return
-    try:
+    with forgotten_on_failure(lambda: store.forget_config_error(effect.issue, effect.blob_sha)):
         await concluding.post_status(services, gh, effect.issue, effect.body)
-    except BaseException:
-        services.store.forget_config_error(effect.issue, effect.blob_sha)
-        raise
 
 
 def _recorded(services: Services, effect: Effect) -> bool:

@@ -14,8 +14,6 @@ An agent label counts as a command does: only when a steerer put it on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 from bot.domain.commands import (
     Command,
@@ -45,7 +43,7 @@ from bot.edges.api import list_issue_events, read_comment, read_issue
 from bot.edges.github import GitHubClient, github_app
 from bot.ops.settings import Settings
 from bot.workflows.conclude import policy_of
-from bot.workflows.execute import execute
+from bot.workflows.execute import execute, forgotten_on_failure
 from bot.workflows.services import Services
 from bot.workflows.standing import repository_settings, standing_of
 
@@ -70,7 +68,7 @@ async def handle_command(
         if not store.first_command(repo, comment_id):
             log.info("%s#%d: command in comment %d was handled already", repo, number, comment_id)
             return None
-        with _or_forgotten(lambda: store.forget_command(repo, comment_id)):
+        with forgotten_on_failure(lambda: store.forget_command(repo, comment_id)):
             # Known before Baton labels anything: the web process then tells its own events
             # apart.
             await app.learn_bot_login()
@@ -83,17 +81,6 @@ async def handle_command(
                 log.log(answer.level, "%s", answer.note)
             await execute(services, gh, answer.effects)
             return answer.reaction
-
-
-@contextmanager
-def _or_forgotten(forget: Callable[[], None]) -> Iterator[None]:
-    """Forget that a comment or re-run was handled when handling it fails, so the job's
-    retry handles it (marked first, a duplicate delivery meanwhile still does nothing)."""
-    try:
-        yield
-    except BaseException:
-        forget()
-        raise
 
 
 RERUN_TEXT = "Re-run of Baton's check run"  # what the log quotes, as it quotes a comment
@@ -124,7 +111,7 @@ async def handle_rerun(
         log.info("%s: re-run %s was handled already", repo, delivery_id)
         return None
     reaction = None
-    with _or_forgotten(lambda: store.forget_rerun(repo, delivery_id)):
+    with forgotten_on_failure(lambda: store.forget_rerun(repo, delivery_id)):
         for issue, _ in found:  # two issues whose agents pushed the same commit share a head
             reaction = await _rerun(
                 services, installation_id, repo, issue, login, kind, delivery_id

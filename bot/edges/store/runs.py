@@ -22,6 +22,7 @@ from bot.ops.metrics import run_duration, run_settled
 RECENT_RUNS_KEPT = 200
 SALVAGE_TTL_S = 7 * 24 * 3600  # a salvage serves the next attempt, minutes or hours later
 OWED_PAUSE_S = 60  # after the sweep's first replay of an owed recovery; doubled each time
+OWED_REPLAYS_TTL_S = 7 * 24 * 3600  # the count of replays, kept past the longest pause
 LONGEST_OWED_PAUSE_S = 6 * 3600
 # Forget a kept salvage only if no later checkpoint replaced it.
 _DROP_SALVAGE = """
@@ -442,7 +443,7 @@ class RunStore(StoreBase):
             return False
         with self.redis.pipeline() as pipe:
             pipe.incr(keys.owed_replays(issue, attempt))
-            pipe.expire(keys.owed_replays(issue, attempt), SALVAGE_TTL_S)
+            pipe.expire(keys.owed_replays(issue, attempt), OWED_REPLAYS_TTL_S)
             replays = int(pipe.execute()[0])
         pause = min(OWED_PAUSE_S * 2 ** (replays - 1), LONGEST_OWED_PAUSE_S)
         return bool(self.redis.set(keys.owed_pause(issue, attempt), "1", nx=True, ex=pause))
