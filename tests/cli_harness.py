@@ -12,6 +12,7 @@ what is particular to it: its `Cli`, its provider, its checks.
 from __future__ import annotations
 
 import asyncio
+import shlex
 import subprocess
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -23,7 +24,14 @@ import aiohttp
 import pytest
 import redis
 
-from bot.agents import adapter_for, agent_home, egress_for_run, egress_policy_for, programs_of
+from bot.agents import (
+    adapter_for,
+    agent_home,
+    egress_for_run,
+    egress_policy_for,
+    programs_of,
+    reporters_of,
+)
 from bot.agents.base import AgentRequest
 from bot.agents.egress import EgressPolicy, HostPort, parse_host_port
 from bot.agents.jail import Jail, jails_for, sandbox_problem
@@ -75,6 +83,7 @@ class Issue:
 
 
 # The calculator whose add() subtracts, which Claude Code and codex fix.
+PROBE = "probe.txt"  # what forge_and_kill found, in the checkout
 RUN_TESTS = "python3 -B -m unittest -v test_calc 2>&1"
 CALC = Issue(
     repo="octo/calc",
@@ -265,6 +274,7 @@ class IssueRig(Generic[ProviderT]):
             network=self.settings.agent_network,
             egress_dir=egress_dir,
             programs=programs_of(self.settings),
+            reporters=reporters_of(self.settings),
         )
         assert jail is not None
         return jail
@@ -323,6 +333,28 @@ class IssueRig(Generic[ProviderT]):
         return Outcome(
             result, classification, start, head, new_commits, changed, worktree, request, argv
         )
+
+
+def forge_and_kill(line: str, cli: str) -> str:
+    """Return a shell command that forges the CLI's report, as an injected agent would:
+    line written into the stdout of every process in the jail, then the CLI killed so
+    that the forged line would be its last. Which writes failed goes to PROBE."""
+    quoted = shlex.quote(line)
+    return f"""
+for proc in $(ls -d /proc/[0-9]* | sort -t/ -k3 -n); do
+  name=$(cat $proc/comm) target=$(readlink $proc/fd/1 2>/dev/null)
+  if (echo {quoted} > $proc/fd/1) 2>/dev/null; then echo "wrote $name $target" >> {PROBE}
+  else echo "refused $name" >> {PROBE}; fi
+done
+for comm in /proc/[0-9]*/comm; do
+  if [ "$(cat "$comm")" = {cli} ]; then pid=${{comm#/proc/}}; kill -9 "${{pid%%/*}}"; fi
+done
+"""
+
+
+def forgery_seen(worktree: Path) -> list[str]:
+    """Return, one line a process, whether forge_and_kill could write its stdout."""
+    return (worktree / PROBE).read_text().splitlines()
 
 
 def plain_request(worktree: Path, home: Path, run_dir: Path) -> AgentRequest:

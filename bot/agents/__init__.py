@@ -14,7 +14,7 @@ from typing import Any
 from bot.agents.aider import AiderAdapter
 from bot.agents.base import Adapter, AgentConfigError, AgentRequest
 from bot.agents.claude import ClaudeAdapter
-from bot.agents.codex import CodexAdapter
+from bot.agents.codex import CodexAdapter, native_executable
 from bot.agents.codex import endpoint as codex_endpoint
 from bot.agents.codex import programs as codex_programs
 from bot.agents.command import CommandAdapter
@@ -41,6 +41,7 @@ __all__ = [
     "egress_for_run",
     "egress_policy_for",
     "programs_of",
+    "reporters_of",
 ]
 
 _ADAPTERS: dict[str, Callable[..., Adapter]] = {
@@ -108,6 +109,20 @@ def programs_of(
     for command in setup_commands:
         named += _repository_program(command)
     return tuple(dict.fromkeys(named))
+
+
+def reporters_of(settings: Settings) -> tuple[str, ...]:
+    """Return the executable whose stdout is the agent's report, for the CLIs that report
+    on it (Claude Code, Codex): it runs sealed, so no tool can write that report.
+
+    The command adapter's whole process tree is the agent, and aider is Python reading a
+    script: each reports what it likes, which Baton bounds as a claim.
+    """
+    if settings.agent == "codex":
+        return (native_executable(settings.agent_program),)
+    if settings.agent == "claude":
+        return (settings.agent_program,)
+    return ()
 
 
 def _words(command: str) -> list[str]:

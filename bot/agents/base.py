@@ -60,6 +60,11 @@ class AgentRequest:
         """Return where the agent's stderr is captured."""
         return self.run_dir / "stderr.log"
 
+    @property
+    def reports_sealed(self) -> bool:
+        """Return whether the CLI's report comes on the pipe no tool can write."""
+        return self.jail is not None and self.jail.reports_sealed
+
     def contain(self, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
         """Return the command line and environment that run argv in the request's jail."""
         if self.jail is None:

@@ -8,7 +8,8 @@ as `BRIDGE_SOURCE` and runs it inside the sandbox as
 It listens on the sandbox's own loopback, relays every TCP connection to the proxy's
 Unix socket, runs COMMAND with this process's stdin, stdout and stderr, hands it the
 signals meant for the sandbox, and exits as COMMAND did. It prints nothing to stdout,
-which belongs to COMMAND; its own complaints go to stderr, each prefixed `baton-bridge:`.
+which belongs to COMMAND, and lets go of it once COMMAND runs; its own complaints go to
+stderr, each prefixed `baton-bridge:`.
 
 It uses the standard library only (`-I -S` keeps site-packages and the environment out),
 and of it only what starts fast (`os`, `_thread`, `socket`; not `subprocess` or
@@ -51,6 +52,7 @@ def main(argv: list[str]) -> int:
     child = os.fork()
     if child == 0:
         run_command(command)
+    give_up_stdout()
     _thread.start_new_thread(accept_forever, (listener, socket_path))
     forwarder.start(child)
     _, status = os.waitpid(child, 0)
@@ -67,6 +69,14 @@ def run_command(command: list[str]) -> None:
     except OSError as exc:
         complain(f"cannot start {command[0]}: {exc}")
     os._exit(CANNOT_START)
+
+
+def give_up_stdout() -> None:
+    """Stop holding the command's stdout: it may be the CLI's report, which a tool could
+    otherwise write through this process's /proc entry (bot.agents.sealed)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
 
 
 class Forwarder:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from bot.agents.sealed import HANDOVER_SOURCE, execute_only_copy, is_native
 from bot.ops.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,14 @@ class Jail:
     network: Network = "none"
     egress_dir: Path | None = None  # the host directory holding the proxy's socket
     python: str = field(default_factory=lambda: bridge_python())
+    # Execute-only copies of the CLI, each shown over the program it copies (copy, shown
+    # at): the CLI then reports on a pipe no tool can write (bot.agents.sealed).
+    sealed: tuple[tuple[Path, Path], ...] = ()
+
+    @property
+    def reports_sealed(self) -> bool:
+        """Return whether the command's stdout is handed over from the report descriptor."""
+        return bool(self.sealed)
 
     @property
     def egress_socket(self) -> Path | None:
@@ -180,6 +189,8 @@ def bwrap_argv(jail: Jail, argv: Sequence[str]) -> list[str]:
         args += ["--bind", str(path), str(path)]
     for source, shown in jail.shown_at:
         args += ["--bind", str(source), str(shown)]
+    for copy, shown in jail.sealed:
+        args += ["--ro-bind", str(copy), str(shown)]
     args += ["--bind", str(jail.worktree), str(jail.worktree)]
     for path in jail.masked:  # last: over every directory shown, writable ones too
         args += ["--ro-bind", "/dev/null", str(path)]
@@ -187,12 +198,19 @@ def bwrap_argv(jail: Jail, argv: Sequence[str]) -> list[str]:
     if socket is not None:
         args += ["--ro-bind", str(socket.parent), str(EGRESS_DIR_INSIDE)]
     args += ["--chdir", str(jail.worktree), "--"]
-    if socket is None:
-        return [*args, *argv]
-    from bot.agents.egress import bridge_argv  # the bridge is the jail's first process
+    return [*args, *_inside(jail, argv)]
+
+
+def _inside(jail: Jail, argv: Sequence[str]) -> list[str]:
+    """Return what the jail runs: argv, behind the handover and the bridge when it has them."""
+    # First of all the report descriptor becomes stdout; then the bridge, then argv.
+    handover = [jail.python, "-I", "-S", "-c", HANDOVER_SOURCE] if jail.reports_sealed else []
+    if jail.egress_socket is None:
+        return [*handover, *argv]
+    from bot.agents.egress import bridge_argv
 
     inside = EGRESS_DIR_INSIDE / EGRESS_SOCKET_NAME
-    return [*args, *bridge_argv(jail.python, inside, PROXY_PORT, argv)]
+    return [*handover, *bridge_argv(jail.python, inside, PROXY_PORT, argv)]
 
 
 def _mount_args(mount: Mount) -> list[str]:
@@ -418,11 +436,13 @@ class Jails:
         path: str,
         extra_paths: Sequence[Path] = (),
         secrets: Sequence[Path] = (),
+        sealed_dir: Path | None = None,
     ) -> None:
         self.enabled = enabled
         self.path = path
         self.extra_paths = tuple(extra_paths)
         self.secrets = tuple(secrets)
+        self.sealed_dir = sealed_dir  # where execute-only copies of the CLIs are kept
 
     def make(
         self,
@@ -436,6 +456,7 @@ class Jails:
         egress_dir: Path | None = None,
         programs: Sequence[str] = (),
         caches_of: str | None = None,
+        reporters: Sequence[str] = (),
     ) -> Jail | None:
         """Return a jail over worktree with home and a scratch directory of its own.
 
@@ -443,13 +464,16 @@ class Jails:
         shown at their own paths, after the toolchain the PATH and programs need. An
         agent's jail (caches_of: its repository) shows each of the operator's extra
         paths as that repository's own part of it, so no agent leaves a wheel or a
-        package there for another repository's agent to install.
+        package there for another repository's agent to install. Each of reporters (the
+        CLI's native executable) runs from an execute-only copy, so that its report
+        cannot be forged from inside.
         """
         if not self.enabled:
             return None
         tmp, etc = jail_scratch(home, scratch)
-        if egress_dir is not None and network != "none":
-            programs = (*programs, bridge_python())  # the bridge runs first, on Baton's Python
+        sealed = self._sealed(reporters)
+        if sealed or (egress_dir is not None and network != "none"):
+            programs = (*programs, bridge_python())  # the handover and bridge run on it
         toolchain, toolchain_masks = self._toolchain(tuple(programs))
         extra, extra_masks = self._extra_paths() if caches_of is not None else ((), ())
         shown_at = tuple((repo_cache(path, caches_of), path) for path in extra if caches_of)
@@ -465,7 +489,20 @@ class Jails:
             shown_at=shown_at,
             network=network,
             egress_dir=egress_dir,
+            sealed=sealed,
         )
+
+    def _sealed(self, reporters: Sequence[str]) -> tuple[tuple[Path, Path], ...]:
+        """Return an execute-only copy of each native reporter, with where it is shown."""
+        sealed = []
+        for program in reporters:
+            located = program if "/" in program else shutil.which(program, path=self.path)
+            real = Path(os.path.realpath(located)) if located else None
+            if real is None or self.sealed_dir is None or not is_native(real):
+                log.warning("%s is no native executable: its report could be forged", program)
+                continue
+            sealed.append((execute_only_copy(real, self.sealed_dir), real))
+        return tuple(sealed)
 
     @functools.cache  # noqa: B019 -- one per worker process: a jail is made per git command
     def _extra_paths(self) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
@@ -501,14 +538,25 @@ def jails_for(settings: Settings) -> Jails:
         os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
         tuple(settings.agent_extra_paths),
         tuple(secrets),
+        settings.data_dir.resolve() / "sealed",
     )
 
 
 @functools.cache
 def _jails(
-    enabled: bool, path: str, extra_paths: tuple[Path, ...], secrets: tuple[Path, ...]
+    enabled: bool,
+    path: str,
+    extra_paths: tuple[Path, ...],
+    secrets: tuple[Path, ...],
+    sealed_dir: Path,
 ) -> Jails:
-    return Jails(enabled=enabled, path=path, extra_paths=extra_paths, secrets=secrets)
+    return Jails(
+        enabled=enabled,
+        path=path,
+        extra_paths=extra_paths,
+        secrets=secrets,
+        sealed_dir=sealed_dir,
+    )
 
 
 # -- whether the sandbox works on this machine -------------------------------------------

@@ -13,8 +13,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from subprocess import DEVNULL, PIPE
 from typing import Any, BinaryIO
 
+from bot.agents.sealed import REPORT_FD_ENV
 from bot.domain.model import utcnow
 
 KILL_GRACE_S = 10.0
@@ -136,12 +138,15 @@ async def run_process(
     stop_on: Callable[[str], bool] | None = None,
     stdout_cap: Cap | None = None,
     stderr_cap: Cap | None = None,
+    sealed_report: bool = False,
 ) -> ProcessOutcome:
     """Run argv until it exits, the deadline passes or stop_on flags a stdout line.
 
     Both output streams are pipes Baton drains into the transcript and stderr files,
     each kept to its cap (STDOUT_CAP, STDERR_CAP unless given): the child never
-    writes a file itself.
+    writes a file itself. With sealed_report the child's stdout is /dev/null and its
+    report comes on a pipe handed over as the descriptor REPORT_FD_ENV names, which a
+    sealed jail makes the CLI's stdout (bot.agents.sealed).
     """
     started = utcnow()
     transcript.parent.mkdir(parents=True, exist_ok=True)
@@ -163,12 +168,13 @@ async def run_process(
                 # Never outliving the work horse: a jailed agent's bwrap takes everything in
                 # its PID namespace down with it.
                 preexec_fn=functools.partial(die_with_parent, os.getpid()),
+                sealed_report=sealed_report,
             )
         except OSError as exc:
             return ProcessOutcome(None, False, started, utcnow(), [], spawn_error=str(exc))
         proc = child.process
-        assert proc.stdout is not None and proc.stderr is not None
-        stdout, errors = proc.stdout, proc.stderr
+        assert proc.stderr is not None
+        stdout, errors = child.report, proc.stderr
         draining = asyncio.create_task(
             _drain(errors, err_file, stderr_cap or STDERR_CAP, err_lines, None)
         )
@@ -261,6 +267,8 @@ async def _finish(child: _Child, draining: asyncio.Task[bool]) -> None:
         await _stop(draining, STDERR_GRACE_S)
     finally:
         child.transport.close()
+        if child.report_transport is not None:
+            child.report_transport.close()
 
 
 async def _stop(task: asyncio.Task[bool], grace: float) -> None:
@@ -306,17 +314,45 @@ class _Child:
     process: asyncio.subprocess.Process
     transport: asyncio.SubprocessTransport
     exited: asyncio.Event
+    report: asyncio.StreamReader  # its stdout, or the sealed report pipe
+    report_transport: asyncio.ReadTransport | None = None
 
 
-async def _spawn(argv: list[str], **options: Any) -> _Child:
-    """Start argv with its stdout and stderr piped to Baton, as create_subprocess_exec does."""
+async def _spawn(
+    argv: list[str], *, env: dict[str, str], sealed_report: bool, **options: Any
+) -> _Child:
+    """Start argv with its stdout and stderr piped to Baton, as create_subprocess_exec does.
+
+    With sealed_report its stdout is /dev/null and its report a pipe of its own, passed
+    at the descriptor number REPORT_FD_ENV says.
+    """
     loop = asyncio.get_running_loop()
-    transport, watched = await loop.subprocess_exec(
-        lambda: _Watched(loop),
-        *argv,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        **options,
+    if not sealed_report:
+        transport, watched = await loop.subprocess_exec(
+            lambda: _Watched(loop), *argv, env=env, stdout=PIPE, stderr=PIPE, **options
+        )
+        process = asyncio.subprocess.Process(transport, watched, loop)
+        assert process.stdout is not None
+        return _Child(process, transport, watched.exited, process.stdout)
+    read_end, write_end = os.pipe()
+    try:
+        transport, watched = await loop.subprocess_exec(
+            lambda: _Watched(loop),
+            *argv,
+            env={**env, REPORT_FD_ENV: str(write_end)},
+            stdout=DEVNULL,
+            stderr=PIPE,
+            pass_fds=(write_end,),
+            **options,
+        )
+    except BaseException:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    report = asyncio.StreamReader(limit=MAX_LINE, loop=loop)
+    pipe, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(report, loop=loop), os.fdopen(read_end, "rb", 0)
     )
     process = asyncio.subprocess.Process(transport, watched, loop)
-    return _Child(process, transport, watched.exited)
+    return _Child(process, transport, watched.exited, report, pipe)

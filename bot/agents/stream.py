@@ -266,6 +266,7 @@ async def run_cli(
         stderr=request.stderr_path,
         deadline=request.deadline,
         stop_on=turn_limit,
+        sealed_report=request.reports_sealed,
     )
     observed_at = clock() if clock is not None else outcome.ended_at
     child_tz = zone_named(env.get("TZ"), None)

@@ -19,6 +19,7 @@ from bot.agents import (
     egress_for_run,
     egress_policy_for,
     programs_of,
+    reporters_of,
 )
 from bot.agents.setup import run_setup
 from bot.domain import issue_text as snapshot
@@ -689,6 +690,7 @@ class _Attempt:
                     self.settings, self.setup_commands, self.services.settings.agent_command
                 ),
                 caches_of=self.issue.repo,
+                reporters=reporters_of(self.settings),
             )
             request = AgentRequest(
                 run_id=run.run_id,

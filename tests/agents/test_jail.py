@@ -30,6 +30,8 @@ from bot.agents.jail import (
     sandbox_problem,
     without_secrets,
 )
+from bot.agents.process import run_process
+from bot.agents.sealed import HANDOVER_SOURCE, execute_only_copy, is_native
 from bot.domain.model import utcnow
 from bot.edges.git import bundle_pack_offset
 from bot.ops.settings import Settings
@@ -97,6 +99,80 @@ def test_with_network_the_bridge_runs_first_and_the_proxy_socket_is_shown() -> N
     assert env["HTTPS_PROXY"] == env["http_proxy"] == "http://127.0.0.1:3128"
     assert env["NO_PROXY"] == ""
     assert "HTTPS_PROXY" not in jail(Path("/r"), network="none").environment({})
+
+
+def test_a_sealed_jail_hands_the_report_over_first_and_shows_the_copy_over_the_cli() -> None:
+    copy, cli = Path("/data/sealed/ab/claude"), Path("/opt/claude/bin/claude")
+    view = jail(
+        Path("/r"),
+        network="allowlist",
+        egress_dir=Path("/tmp/baton-egress-x"),
+        sealed=((copy, cli),),
+    )
+    argv = bwrap_argv(view, ["claude"])
+    assert (str(copy), str(cli)) in pairs(argv, "--ro-bind")
+    after = argv[argv.index("--") + 1 :]
+    assert after[:5] == ["/usr/bin/python3", "-I", "-S", "-c", HANDOVER_SOURCE]
+    assert after[5:8] == ["/usr/bin/python3", "-I", "-S"] and after[-2:] == ["--", "claude"]
+    unsealed = bwrap_argv(jail(Path("/r")), ["claude"])
+    assert unsealed[unsealed.index("--") + 1 :] == ["claude"]
+
+
+def test_an_execute_only_copy_is_made_once_per_version_and_only_of_a_native_program(
+    tmp_path: Path,
+) -> None:
+    program = tmp_path / "cli"
+    program.write_bytes(Path(sys.executable).read_bytes()[:4096])
+    copy = execute_only_copy(program, tmp_path / "sealed")
+    assert copy.stat().st_mode & 0o777 == 0o111 and copy.read_bytes() == program.read_bytes()
+    assert execute_only_copy(program, tmp_path / "sealed") == copy
+    program.write_bytes(program.read_bytes() + b"v2")
+    assert execute_only_copy(program, tmp_path / "sealed") != copy
+    script = tmp_path / "cli.js"
+    script.write_text("#!/usr/bin/env node\n")
+    assert is_native(program) and not is_native(script)
+    assert not list((tmp_path / "sealed").glob(".making-*"))
+
+
+async def test_a_process_of_the_same_user_cannot_write_the_report_of_a_sealed_program(
+    tmp_path: Path,
+) -> None:
+    """A shell run from an execute-only copy is not dumpable: a child of the same user
+    that writes to /proc/PID/fd/1 of each process in the jail reaches its report only
+    when it runs from the readable original."""
+    seen = {}
+    for sealed in (False, True):
+        worktree = tmp_path / f"wt-{sealed}"
+        worktree.mkdir()
+        jails = Jails(enabled=True, path=os.environ["PATH"], sealed_dir=tmp_path / "sealed")
+        made = jails.make(
+            worktree=worktree,
+            home=tmp_path / f"home-{sealed}",
+            scratch=tmp_path / f"scratch-{sealed}",
+            reporters=("bash",) if sealed else (),
+        )
+        assert made is not None and made.reports_sealed is sealed
+        forge = "for fd in /proc/[0-9]*/fd/1; do (echo FORGED > $fd) 2>/dev/null; done"
+        argv = made.command(["bash", "-c", f"bash -c {shlex.quote(forge)} >/dev/null; echo REAL"])
+        seen[sealed] = await report_of(argv, worktree, made.environment({}), sealed)
+    assert seen[False].endswith("FORGED\nREAL\n") and seen[True] == "REAL\n"
+
+
+async def report_of(argv: list[str], cwd: Path, env: dict[str, str], sealed: bool) -> str:
+    transcript, stdin = cwd / "transcript.log", cwd / "stdin"
+    stdin.write_text("")
+    outcome = await run_process(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=stdin,
+        transcript=transcript,
+        stderr=cwd / "stderr.log",
+        deadline=utcnow() + timedelta(seconds=30),
+        sealed_report=sealed,
+    )
+    assert outcome.exit_code == 0, (cwd / "stderr.log").read_text()
+    return transcript.read_text()
 
 
 @pytest.mark.parametrize(
