@@ -154,7 +154,9 @@ def egress_policy_for(settings: Settings) -> EgressPolicy | None:
     if settings.agent_keys_in_proxy:
         passed = {n: os.environ[n] for n in settings.agent_passthrough_env if n in os.environ}
         try:
-            held = held_keys(settings.agent, passed)
+            # Codex's endpoint is Baton's setting, written into its config: not its env.
+            named = settings.codex_base_url if settings.agent == "codex" else None
+            held = held_keys(settings.agent, passed, named)
         except ValueError as exc:
             raise AgentConfigError(str(exc)) from exc
     return EgressPolicy(

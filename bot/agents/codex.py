@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from bot.agents.base import AgentRequest, agent_environment
-from bot.agents.egress import HostPort
+from bot.agents.egress import CODEX_ENDPOINT_ENV, HostPort
 from bot.agents.jail import JAIL_TMP
 from bot.agents.output import Unreadable, find_file, read_capped
 from bot.agents.resets import codex_reset
@@ -174,8 +174,11 @@ class CodexAdapter:
     def configure(self, request: AgentRequest) -> None:
         """Write Baton's settings into CODEX_HOME/config.toml, keeping the rest of the file."""
         wanted: dict[str, Any] = dict(QUIET_CONFIG)
-        if self.base_url is not None:
-            wanted["openai_base_url"] = self.base_url
+        # With its key held by the proxy, codex speaks plain HTTP to the proxy's view of
+        # its endpoint, which the proxy continues over TLS with the key in place.
+        base_url = request.held_env.get(CODEX_ENDPOINT_ENV) or self.base_url
+        if base_url is not None:
+            wanted["openai_base_url"] = base_url
         path = codex_home(request) / "config.toml"
         kept = existing_config(path, request.home)
         # No project is trusted: a repository's own .codex/ (settings, rules, hooks) stays

@@ -122,6 +122,9 @@ class ProxyRequest:
     tunnel: bool  # CONNECT: relay raw bytes once the tunnel is up
     upstream_head: bytes = b""  # plain HTTP: the request rewritten to origin-form
     tls: bool = False  # plain HTTP from the agent, on to the host over TLS
+    # A tunnel to a held credential's plain address: its first request (a WebSocket's
+    # upgrade) gets these credentials, as lend_in_tunnel says.
+    lends: tuple[HeldCredential, ...] = ()
 
 
 def parse_host_port(entry: str) -> HostPort:
@@ -280,7 +283,10 @@ def lend_credentials(request: ProxyRequest, credentials: Sequence[HeldCredential
     on over TLS where the credential says; any other request is returned as it is.
     """
     if request.tunnel:
-        return request
+        tunnelled = tuple(c for c in credentials if request.target == _plain(c))
+        if not tunnelled:
+            return request
+        return replace(request, target=tunnelled[0].host, tls=tunnelled[0].tls, lends=tunnelled)
     method, _, rest = request.upstream_head.partition(b" ")
     path = rest.partition(b" ")[0].decode("latin-1")
     if method not in LENT_TO:
@@ -290,6 +296,31 @@ def lend_credentials(request: ProxyRequest, credentials: Sequence[HeldCredential
         return request
     lines = [_lent(line, held) for line in request.upstream_head.split(b"\r\n")]
     return replace(request, target=held[0].host, tls=held[0].tls, upstream_head=b"\r\n".join(lines))
+
+
+def lend_in_tunnel(head: bytes, credentials: Sequence[HeldCredential]) -> bytes:
+    """Return the first request head of a tunnel to a held host with the credentials in
+    place (pure); a head they are not for goes on as it came, placeholders and all.
+
+    Only the first request of a tunnel is read, so one that is not a WebSocket's
+    upgrade is told to close the connection after its answer: a second request on it
+    would go unread, with the placeholder.
+    """
+    request_line, _, rest = head.partition(b"\r\n")
+    method, _, target = request_line.partition(b" ")
+    path = target.partition(b" ")[0].decode("latin-1")
+    held = [c for c in credentials if _under(path, c.path)]
+    if method not in LENT_TO or not path.startswith("/") or not held:
+        return head
+    lines = [_lent(line, held) for line in rest.removesuffix(b"\r\n\r\n").split(b"\r\n")]
+    names = {line.partition(b":")[0].strip().lower() for line in lines}
+    if b"upgrade" not in names:
+        lines = [line for line in lines if not _hop_by_hop(line)] + [b"Connection: close"]
+    return b"\r\n".join([request_line, *lines]) + b"\r\n\r\n"
+
+
+def _hop_by_hop(line: bytes) -> bool:
+    return line.partition(b":")[0].strip().lower() in (b"connection", b"keep-alive")
 
 
 def _under(path: str, base: str) -> bool:
@@ -325,22 +356,31 @@ class HeldKeys:
 # Per adapter: the variable naming its provider's endpoint, the endpoint it means when
 # unset, and the variables holding keys the CLI sends in a credential header. Claude
 # Code reads ANTHROPIC_BASE_URL, and sends ANTHROPIC_API_KEY as `x-api-key` and
-# ANTHROPIC_AUTH_TOKEN as a Bearer token. (Its subscription login, Codex and aider
-# keep their keys: see docs/security.md.)
+# ANTHROPIC_AUTH_TOKEN as a Bearer token. Codex sends CODEX_API_KEY (or OPENAI_API_KEY)
+# as a Bearer token to its `openai_base_url`, which Baton writes into its config from
+# the endpoint named here. (A Claude subscription's login, a Codex ChatGPT login and
+# aider keep their keys: see docs/security.md.)
+CODEX_ENDPOINT_ENV = "OPENAI_BASE_URL"
 _HELD_KEYS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "claude": (
         "ANTHROPIC_BASE_URL",
         "https://api.anthropic.com",
         ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
     ),
+    "codex": (
+        CODEX_ENDPOINT_ENV,
+        "https://api.openai.com/v1",
+        ("CODEX_API_KEY", "OPENAI_API_KEY"),
+    ),
 }
 PLACEHOLDER = "baton-proxy-holds-{name}"
 
 
-def held_keys(adapter: str, env: Mapping[str, str]) -> HeldKeys:
+def held_keys(adapter: str, env: Mapping[str, str], endpoint: str | None = None) -> HeldKeys:
     """Return how the proxy holds the adapter's keys among env, the agent's environment (pure).
 
-    The jail gets a placeholder for each key, and its endpoint as plain `http://`, so
+    The jail gets a placeholder for each key, and its endpoint (endpoint when given,
+    else the adapter's variable in env, else its provider's) as plain `http://`, so
     the proxy reads each request and adds the key; an `https://` endpoint is reached
     over TLS from the proxy on. Raise ValueError for an endpoint that is not http(s).
     """
@@ -350,7 +390,7 @@ def held_keys(adapter: str, env: Mapping[str, str]) -> HeldKeys:
     present = [name for name in names if env.get(name)]
     if not present:
         return HeldKeys(env={}, credentials=())
-    endpoint = env.get(endpoint_name) or default
+    endpoint = endpoint or env.get(endpoint_name) or default
     parts = urlsplit(endpoint)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{endpoint_name}={endpoint!r} is not an http(s) URL")
@@ -524,12 +564,7 @@ class Egress:
             )
             return
         try:
-            if request.tunnel:
-                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                await writer.drain()
-            else:
-                upstream_writer.write(request.upstream_head)
-            await _relay(reader, writer, upstream_reader, upstream_writer)
+            await _carry(request, reader, writer, upstream_reader, upstream_writer)
         finally:
             await _close(upstream_writer)
 
@@ -615,6 +650,38 @@ async def _connect(
         except OSError as exc:
             error = exc
     raise error
+
+
+async def _carry(
+    request: ProxyRequest,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    upstream_reader: asyncio.StreamReader,
+    upstream_writer: asyncio.StreamWriter,
+) -> None:
+    """Open the tunnel or send the plain request on, then relay both ways until done."""
+    try:
+        if request.tunnel:
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await writer.drain()
+            if request.lends:
+                await _lend_first_request(reader, upstream_writer, request.lends)
+        else:
+            upstream_writer.write(request.upstream_head)
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+        return  # a tunnel whose first request never came whole: nothing goes on
+    await _relay(reader, writer, upstream_reader, upstream_writer)
+
+
+async def _lend_first_request(
+    reader: asyncio.StreamReader,
+    upstream: asyncio.StreamWriter,
+    credentials: Sequence[HeldCredential],
+) -> None:
+    """Send a tunnel's first request head on with the held credentials in place."""
+    async with asyncio.timeout(HEAD_TIMEOUT_S):
+        head = await reader.readuntil(b"\r\n\r\n")
+    upstream.write(lend_in_tunnel(head, credentials))
 
 
 async def _relay(

@@ -343,7 +343,8 @@ class Settings(BaseSettings):
         default=True,
         validation_alias="BATON_AGENT_KEYS_IN_PROXY",
         description="Keep the provider key out of the sandbox where the CLI allows it "
-        "(Claude Code's ANTHROPIC_API_KEY and ANTHROPIC_AUTH_TOKEN): the agent holds a "
+        "(Claude Code's ANTHROPIC_API_KEY and ANTHROPIC_AUTH_TOKEN, Codex's CODEX_API_KEY "
+        "and OPENAI_API_KEY): the agent holds a "
         "placeholder and the proxy adds the key to its provider's requests.",
     )
     agent_wall_clock_minutes: float = Field(

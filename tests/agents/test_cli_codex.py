@@ -263,6 +263,24 @@ async def test_the_agent_runs_the_tests_and_commits_in_the_jail(
     assert git(outcome.worktree, "status", "--porcelain", "--ignored") == ""
 
 
+async def test_the_api_key_stays_with_the_proxy_and_the_agent_holds_a_placeholder(
+    rig: Rig,
+) -> None:
+    """A prompt-injected agent that reads its environment finds no key to send anywhere:
+    codex sends the placeholder, and the proxy puts the key in `Authorization`."""
+    start = await rig.provision()
+    rig.provider.script(shell("printenv CODEX_API_KEY"), say("Looked around."))
+    outcome = await rig.run(start)
+
+    assert outcome.result.status == "success", outcome.result
+    key = API_KEY["CODEX_API_KEY"]
+    sent = [{k.lower(): v for k, v in seen.headers.items()} for seen in rig.provider.seen]
+    assert sent and all(headers.get("authorization") == f"Bearer {key}" for headers in sent)
+    shown = rig.provider.loop_requests[1].outputs()[-1]
+    assert "baton-proxy-holds-CODEX_API_KEY" in shown and key not in shown, shown
+    quiet(outcome)
+
+
 async def test_a_tool_in_the_jail_cannot_write_the_clis_report(rig: Rig) -> None:
     """Codex runs from an execute-only copy of its native executable, so no tool of the
     same user opens its stdout through /proc; nothing else in the jail holds that pipe."""

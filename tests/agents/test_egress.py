@@ -39,6 +39,7 @@ from bot.agents.egress import (
     held_keys,
     judge,
     lend_credentials,
+    lend_in_tunnel,
     parse_host_port,
     parse_request_head,
     provider_hosts,
@@ -860,9 +861,48 @@ def test_claude_codes_key_is_held_and_its_endpoint_spoken_to_in_plain_http() -> 
 
 def test_nothing_is_held_without_a_key_or_for_a_cli_that_cannot() -> None:
     assert held_keys("claude", {}).credentials == ()
-    assert held_keys("codex", {"OPENAI_API_KEY": KEY}).env == {}
+    assert held_keys("aider", {"OPENAI_API_KEY": KEY}).env == {}
     with pytest.raises(ValueError, match="ANTHROPIC_BASE_URL='ftp://x' is not an http"):
         held_keys("claude", {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": "ftp://x"})
+
+
+def test_codexs_key_is_held_and_its_configured_endpoint_spoken_to_in_plain_http() -> None:
+    held = held_keys("codex", {"CODEX_API_KEY": KEY})
+    assert held.env == {
+        "OPENAI_BASE_URL": "http://api.openai.com/v1",
+        "CODEX_API_KEY": "baton-proxy-holds-CODEX_API_KEY",
+    }
+    [credential] = held.credentials
+    assert (credential.host, credential.tls, credential.path) == (OPENAI, True, "/v1")
+    gateway = held_keys("codex", {"OPENAI_API_KEY": KEY}, "https://gw.example:8443/openai/")
+    assert gateway.env["OPENAI_BASE_URL"] == "http://gw.example/openai"
+    assert gateway.credentials[0].host == HostPort("gw.example", 8443)
+
+
+def test_a_tunnels_first_request_gets_the_key_and_only_a_websocket_keeps_the_connection() -> None:
+    """Codex speaks its WebSocket through CONNECT to the plain address: the proxy reads
+    the upgrade, lends the key, and continues over TLS."""
+    credential = HeldCredential(HELD, KEY, OPENAI, tls=True, path="/v1")
+    tunnel = parse_request_head(b"CONNECT api.openai.com:80 HTTP/1.1\r\n\r\n")
+    lent = lend_credentials(tunnel, (credential,))
+    assert (lent.target, lent.tls, lent.lends) == (OPENAI, True, (credential,))
+    upgrade = (
+        f"GET /v1/responses HTTP/1.1\r\nHost: api.openai.com\r\nConnection: Upgrade\r\n"
+        f"Upgrade: websocket\r\nAuthorization: Bearer {HELD}\r\n\r\n"
+    ).encode()
+    first = lend_in_tunnel(upgrade, (credential,))
+    assert f"Authorization: Bearer {KEY}".encode() in first and b"Connection: Upgrade" in first
+    post = upgrade.replace(b"GET", b"POST").replace(b"Upgrade: websocket\r\n", b"")
+    closed = lend_in_tunnel(post, (credential,))
+    assert KEY.encode() in closed and closed.endswith(b"\r\nConnection: close\r\n\r\n")
+    assert b"Connection: Upgrade" not in closed
+    for elsewhere in (b"/v2/responses", b"/v1/../x", b"http://evil/v1/x"):
+        head = upgrade.replace(b"/v1/responses", elsewhere)
+        assert lend_in_tunnel(head, (credential,)) == head
+    trace = upgrade.replace(b"GET", b"TRACE")
+    assert lend_in_tunnel(trace, (credential,)) == trace
+    tls_tunnel = parse_request_head(b"CONNECT api.openai.com:443 HTTP/1.1\r\n\r\n")
+    assert lend_credentials(tls_tunnel, (credential,)) == tls_tunnel
 
 
 def plain(target: str, *headers: str) -> ProxyRequest:
