@@ -35,6 +35,7 @@ BUNDLE_CAP = 2 * 1024**3  # the most the agent's commits of one attempt may weig
 MIRROR_CONFIG = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n"
 BRANCH_PREFIX = "baton/"
 SALVAGE_CAP = 16 * 1024**2  # the most a salvage kept for another machine may weigh
+SALVAGE_STORED_CAP = 4 * SALVAGE_CAP  # past this, its objects cannot bundle under the cap
 SALVAGE_INDEX = "baton-salvage-index"  # in the checkout's git directory: the agent's own index
 SALVAGE_REF = "refs/baton/salvage"  # in the checkout: names the snapshot for its bundle
 _NOT_SLUG = re.compile(r"[^a-z0-9]+")
@@ -576,6 +577,13 @@ class Workspace:
         """
         mirror, ref = self.mirror_path(repo), salvage_ref(number)
         excluded = [f"^{sha}" for sha in since]
+        # What the objects weigh stored one by one bounds the bundle (a pack of them, in
+        # deltas), so a salvage far over the cap is never written out to be weighed.
+        stored = await self.git.run(
+            mirror, "rev-list", "--objects", "--disk-usage", ref, *excluded, "--"
+        )
+        if int(stored.strip() or 0) > SALVAGE_STORED_CAP:
+            return None
         with tempfile.TemporaryDirectory(prefix="baton-salvage-") as scratch:
             path = Path(scratch) / "salvage.bundle"  # weighed on disk, read only when small
             await self.git.run(mirror, "bundle", "create", "--quiet", str(path), ref, *excluded)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
+import bot.edges.git as git_module
 from bot.agents.jail import jails_for
 from bot.domain.model import IssueRef, Run, RunState, utcnow
 from bot.edges.git import Git, GitError, Identity, Workspace, auth_header, inert_commit
@@ -228,3 +230,34 @@ def test_a_rewritten_commit_keeps_every_byte_but_the_joiners() -> None:
     assert b"Fixes #1" not in quiet
     assert quiet.replace("\u200d".encode(), b"") == raw  # latin-1 bytes pass through as they were
     assert inert_commit(tree + b"\n\nTidy up\n", {}) == tree + b"\n\nTidy up\n"
+
+
+async def test_a_salvage_too_heavy_to_keep_is_never_bundled(
+    workspace: Workspace, origin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Uncommitted edits that cannot bundle under the cap are not written out to be
+    weighed: their objects' stored size says so first."""
+    mirror = await workspace.refresh_mirror("octo/app", str(origin), TOKEN)
+    base = await workspace.rev_parse(mirror, "refs/remotes/origin/main")
+    tree = await workspace.provision("octo/app", 4, "baton/issue-4", base)
+    (tree / "data.bin").write_bytes(os.urandom(256 * 1024))  # does not compress
+    salvage = await workspace.salvage("octo/app", 4, base, None, "Work on #4 (Baton)")
+    assert salvage is not None
+    bundle = await workspace.salvage_bundle("octo/app", 4, (base,))
+    assert bundle is not None and len(bundle) > 256 * 1024
+    written: list[str] = []
+    monkeypatch.setattr(git_module, "SALVAGE_STORED_CAP", 128 * 1024)
+    monkeypatch.setattr(git_module.tempfile, "TemporaryDirectory", spy(written))
+    assert await workspace.salvage_bundle("octo/app", 4, (base,)) is None
+    assert written == []
+
+
+def spy(written: list[str]) -> type[tempfile.TemporaryDirectory[str]]:
+    """Return a TemporaryDirectory that notes each directory made."""
+
+    class Noted(tempfile.TemporaryDirectory[str]):
+        def __enter__(self) -> str:
+            written.append(self.name)
+            return super().__enter__()
+
+    return Noted
