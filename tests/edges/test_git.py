@@ -247,7 +247,7 @@ async def test_a_salvage_too_heavy_to_keep_is_never_bundled(
     assert bundle is not None and len(bundle) > 256 * 1024
     written: list[str] = []
     monkeypatch.setattr(git_module, "SALVAGE_STORED_CAP", 128 * 1024)
-    monkeypatch.setattr(git_module.tempfile, "TemporaryDirectory", spy(written))
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", spy(written))
     assert await workspace.salvage_bundle("octo/app", 4, (base,)) is None
     assert written == []
 
