@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bot.domain.model import Chain, IssueRef, Labels, Run, RunState, utcnow
+from bot.domain.model import LONGEST_WINDOW, Chain, IssueRef, Labels, Run, RunState, utcnow
 from bot.edges.store import KeptSalvage, LapsedClaim, LockLost, MutexBusy, Store, issue_state, keys
 
 ISSUE = IssueRef(installation_id=1, repo="octo/widgets", number=12)
@@ -268,6 +268,9 @@ def test_a_kept_salvage_comes_back_byte_for_byte_and_only_its_own_drop_forgets_i
     bundle = bytes(range(256)) * 64  # a bundle's pack is binary: every byte value survives
     store.keep_salvage(ISSUE, KeptSalvage(sha="a" * 40, bundle=bundle))
     assert store.kept_salvage(ISSUE) == KeptSalvage(sha="a" * 40, bundle=bundle)
+    # Kept past the longest usage window a halted run waits for, weekly ones included.
+    ttl = store.redis.ttl(keys.salvage(ISSUE))
+    assert LONGEST_WINDOW.total_seconds() < ttl <= LONGEST_WINDOW.total_seconds() + 86400
 
     store.keep_salvage(ISSUE, KeptSalvage(sha="b" * 40, bundle=b"later"))
     store.drop_salvage(ISSUE, "a" * 40)  # an older attempt's drop leaves the newer salvage

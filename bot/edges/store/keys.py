@@ -23,7 +23,7 @@ key. RQ's own keys (`rq:...`) are RQ's and not listed.
 | `IN_FLIGHT`           | baton:in-flight                          | zset   | runs        | none   |
 | `open_pulls`          | baton:open-pulls:{repo}                  | hash   | runs        | 90 d   |
 | `checkpoint`          | {issue}:checkpoint:{attempt}             | string | runs        | 90 d   |
-| `salvage`             | {issue}:salvage                          | hash   | runs        | 7 d    |
+| `salvage`             | {issue}:salvage                          | hash   | runs        | 8 d    |
 | `owed_replays`        | {issue}:owed-replays:{attempt}           | string | runs        | 7 d    |
 | `owed_pause`          | {issue}:owed-pause:{attempt}             | string | runs        | pause  |
 | `recovering`          | {issue}:recovering:{attempt}             | string | runs        | lock   |

@@ -20,7 +20,9 @@ from bot.edges.store.metrics import queue_metrics
 from bot.ops.metrics import run_duration, run_settled
 
 RECENT_RUNS_KEPT = 200
-SALVAGE_TTL_S = 7 * 24 * 3600  # a salvage serves the next attempt, minutes or hours later
+# A salvage serves the next attempt: minutes later, or once the longest usage window a
+# halted run waits for has reopened (LONGEST_WINDOW, a week and an hour).
+SALVAGE_TTL_S = 8 * 24 * 3600
 OWED_PAUSE_S = 60  # after the sweep's first replay of an owed recovery; doubled each time
 OWED_REPLAYS_TTL_S = 7 * 24 * 3600  # the count of replays, kept past the longest pause
 LONGEST_OWED_PAUSE_S = 6 * 3600
