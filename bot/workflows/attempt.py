@@ -785,8 +785,7 @@ class _Attempt:
                 self._drop_salvage()  # an older one kept would be restored as if it were this
                 self.salvage = salvage
                 return
-            self._ensure_claim()
-            self.store.keep_salvage(self.issue, KeptSalvage(sha=salvage.sha, bundle=bundle))
+            self.store.keep_salvage(self.claim, KeptSalvage(sha=salvage.sha, bundle=bundle))
         except (LockLost, GitError, HTTPException, OSError) as exc:
             log.warning("%s: checkpoint not pushed: %s", self.issue, _one_line(exc))
             return

@@ -174,7 +174,7 @@ def test_every_key_an_issue_leaves_expires_or_goes_with_it(store: Store) -> None
     store.record_withdrawal(ISSUE, utcnow())
     store.grant_budget(ISSUE, 1, 5)
     store.record_checkpoint(ISSUE, 1, "b" * 40)
-    store.keep_salvage(ISSUE, KeptSalvage(sha="c" * 40, bundle=b"# v2 git bundle\n"))
+    store.keep_salvage(claim, KeptSalvage(sha="c" * 40, bundle=b"# v2 git bundle\n"))
     store.first_queue_refusal(ISSUE)
     store.save_chain(
         Chain(installation_id=1, repo=ISSUE.repo, head=12, tracking=False, links=(12,))
@@ -265,18 +265,34 @@ def test_a_paused_repositorys_held_starts_come_back_with_their_agent(store: Stor
 def test_a_kept_salvage_comes_back_byte_for_byte_and_only_its_own_drop_forgets_it(
     store: Store,
 ) -> None:
+    claim = store.claim(ISSUE)
+    assert claim is not None
     bundle = bytes(range(256)) * 64  # a bundle's pack is binary: every byte value survives
-    store.keep_salvage(ISSUE, KeptSalvage(sha="a" * 40, bundle=bundle))
+    store.keep_salvage(claim, KeptSalvage(sha="a" * 40, bundle=bundle))
     assert store.kept_salvage(ISSUE) == KeptSalvage(sha="a" * 40, bundle=bundle)
     # Kept past the longest usage window a halted run waits for, weekly ones included.
     ttl = store.redis.ttl(keys.salvage(ISSUE))
     assert LONGEST_WINDOW.total_seconds() < ttl <= LONGEST_WINDOW.total_seconds() + 86400
 
-    store.keep_salvage(ISSUE, KeptSalvage(sha="b" * 40, bundle=b"later"))
+    store.keep_salvage(claim, KeptSalvage(sha="b" * 40, bundle=b"later"))
     store.drop_salvage(ISSUE, "a" * 40)  # an older attempt's drop leaves the newer salvage
     assert store.kept_salvage(ISSUE) == KeptSalvage(sha="b" * 40, bundle=b"later")
     store.drop_salvage(ISSUE, "b" * 40)
     assert store.kept_salvage(ISSUE) is None
+
+
+def test_a_worker_whose_claim_lapsed_never_replaces_the_new_holders_salvage(
+    store: Store,
+) -> None:
+    lapsed = store.claim(ISSUE)
+    assert lapsed is not None
+    store.release(lapsed)  # as a lock that expired: another worker takes the issue
+    holder = store.claim(ISSUE)
+    assert holder is not None
+    store.keep_salvage(holder, KeptSalvage(sha="b" * 40, bundle=b"the holder's"))
+    with pytest.raises(LockLost):
+        store.keep_salvage(lapsed, KeptSalvage(sha="a" * 40, bundle=b"stale"))
+    assert store.kept_salvage(ISSUE) == KeptSalvage(sha="b" * 40, bundle=b"the holder's")
 
 
 def test_an_older_attempts_late_write_leaves_the_live_attempt_in_the_sweeps_view(

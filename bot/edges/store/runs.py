@@ -26,6 +26,15 @@ SALVAGE_TTL_S = 8 * 24 * 3600
 OWED_PAUSE_S = 60  # after the sweep's first replay of an owed recovery; doubled each time
 OWED_REPLAYS_TTL_S = 7 * 24 * 3600  # the count of replays, kept past the longest pause
 LONGEST_OWED_PAUSE_S = 6 * 3600
+# Keep a salvage only while the claim holds the lock: KEYS lock, salvage; ARGV token,
+# sha, bundle, ttl.
+_KEEP_SALVAGE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], 'sha', ARGV[2], 'bundle', ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+return 1
+"""
 # Forget a kept salvage only if no later checkpoint replaced it.
 _DROP_SALVAGE = """
 if redis.call('HGET', KEYS[1], 'sha') == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -402,15 +411,25 @@ class RunStore(StoreBase):
         value = self.redis.get(keys.checkpoint(issue, attempt))
         return None if value is None else text(value)
 
-    def keep_salvage(self, issue: IssueRef, salvage: KeptSalvage) -> None:
-        """Keep the issue's salvage, in place of any kept before, for any machine to read."""
-        key = keys.salvage(issue)
+    def keep_salvage(self, claim: Claim, salvage: KeptSalvage) -> None:
+        """Keep the issue's salvage, in place of any kept before, for any machine to read.
+
+        Only while claim holds the issue's lock, in one step: a worker whose claim lapsed
+        never replaces what the issue's new holder kept. Raise LockLost otherwise.
+        """
         bundle = base64.b64encode(salvage.bundle).decode()  # the client speaks text
-        with self.redis.pipeline() as pipe:
-            pipe.delete(key)
-            pipe.hset(key, mapping={"sha": salvage.sha, "bundle": bundle})
-            pipe.expire(key, SALVAGE_TTL_S)
-            pipe.execute()
+        kept = self.redis.eval(
+            _KEEP_SALVAGE,
+            2,
+            keys.lock(claim.issue),
+            keys.salvage(claim.issue),
+            claim.token,
+            salvage.sha,
+            bundle,
+            SALVAGE_TTL_S,
+        )
+        if not kept:
+            raise LockLost(f"{claim.issue}: the lock is no longer held; the salvage is not kept")
 
     def kept_salvage(self, issue: IssueRef) -> KeptSalvage | None:
         """Return the issue's kept salvage, if there is one."""
