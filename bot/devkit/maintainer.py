@@ -136,6 +136,11 @@ class Maintainer:
         else:
             await self.gh.delete(url, {"id": installation_id})
 
+    async def install(self, account: str) -> int:
+        """Install Baton's App on another account; return the installation's id."""
+        made = await self.gh.post("/_sandbox/installations", data={"account": account})
+        return int(made["id"])
+
     async def uninstall(self, installation_id: int) -> None:
         """Remove the App from an account (GitHub sends installation.deleted)."""
         await self.gh.delete("/_sandbox/installations/{id}", {"id": installation_id})

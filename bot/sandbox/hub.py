@@ -293,9 +293,10 @@ class Hub:
             "action": action,
             "installation": self.render.installation(inst),
             "repositories": repositories,
-            "requester": None,
             "sender": self.render.user(sender),
         }
+        if action != "created":  # GitHub's `created` has no requester field at all
+            payload["requester"] = None
         self.webhooks.enqueue(f"installation/{inst.id}", "installation", payload, None, inst.id)
 
     def repo_for(self, actor: Actor | None, owner: str, name: str, write: bool) -> Repo:

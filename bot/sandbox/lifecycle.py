@@ -81,6 +81,19 @@ async def delete_repo(hub: Hub, repo: Repo) -> None:
         shutil.rmtree(hub.git(repo).path, ignore_errors=True)
 
 
+def install(hub: Hub, account: str, sender: str) -> tuple[Installation, bool]:
+    """Install Baton's App on an account (a user, made if need be): `installation.created`
+    the first time; return the installation and whether it is new."""
+    hub.user(account)
+    found = hub.installation(account)
+    if found is not None:
+        return found, False
+    inst = hub.ensure_installation(account)
+    hub.user(sender)
+    hub.emit_installation(inst, "created", sender)
+    return inst, True
+
+
 def suspend(hub: Hub, inst: Installation, sender: str) -> None:
     """Suspend an installation: its tokens stop working; `installation.suspend`."""
     if inst.suspended_at is None:

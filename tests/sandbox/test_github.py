@@ -475,6 +475,31 @@ async def test_a_suspended_installation_is_refused_until_unsuspended(sandbox: Sa
     assert sandbox.receiver.matching("issues", "opened") == []
 
 
+async def test_the_app_installed_on_another_account_gets_its_own_installation(
+    sandbox: Sandbox,
+) -> None:
+    """An account's owner installs the App (`installation.created`); GitHub then lists a
+    second installation, on that account, and mints tokens for it. Installing it again
+    changes nothing; an account name GitHub would refuse is refused."""
+    await sandbox.new_repo()
+    maintainer = maintainer_of(sandbox)
+    installed = await maintainer.install("baton-forks")
+    created = await sandbox.receiver.wait_for("installation", "created")
+    assert_schema(created.payload, "installation", "created")
+    assert created.payload["installation"]["account"]["login"] == "baton-forks"
+    app = bearer(sandbox)
+    listed = await sandbox.ok("GET", "/app/installations", auth=None, headers=app)
+    assert [(i["id"], i["account"]["login"]) for i in listed][-1] == (installed, "baton-forks")
+    mint = f"/app/installations/{installed}/access_tokens"
+    assert (await sandbox.call("POST", mint, {}, auth=None, headers=app)).status == 201
+    again = await sandbox.call("POST", "/_sandbox/installations", {"account": "baton-forks"})
+    assert (again.status, again.json["id"]) == (200, installed)
+    refused = await sandbox.call("POST", "/_sandbox/installations", {"account": "-bad name"})
+    assert refused.status == 422
+    await sandbox.hub.webhooks.idle()
+    assert len(sandbox.receiver.matching("installation", "created")) == 1
+
+
 async def test_an_uninstalled_app_loses_the_installation(sandbox: Sandbox) -> None:
     """Once the App is uninstalled GitHub no longer lists the installation, minting a token
     for it answers 404, its tokens answer 401, and the App gets `installation.deleted`.

@@ -51,6 +51,12 @@ class CollaboratorBody(BaseModel):
     permission: Literal["read", "triage", "write", "maintain", "admin"] = "write"
 
 
+class InstallBody(BaseModel):
+    """Body of POST /_sandbox/installations: the account to install Baton's App on."""
+
+    account: str = Field(pattern=r"^[A-Za-z0-9](?:-?[A-Za-z0-9]){0,38}$")
+
+
 class ConfigBody(BaseModel):
     """Body of PATCH /_sandbox/config: the fields it names change."""
 
@@ -322,6 +328,17 @@ async def delete_repo(request: web.Request) -> web.Response:
     """Delete a repository."""
     await lifecycle.delete_repo(hub_of(request), _repo(request))
     return web.Response(status=204)
+
+
+@routes.post("/_sandbox/installations")
+async def install_baton(request: web.Request) -> web.Response:
+    """Install Baton's App on another account, as its owner does on GitHub (a fork's
+    home, say): 201 with the installation, or 200 with the one it already has."""
+    hub = hub_of(request)
+    body = await read_body(request, InstallBody, "Installation")
+    inst, made = lifecycle.install(hub, body.account, login_of(request))
+    hub.changed()
+    return json_response(hub.render.installation(inst), status=201 if made else 200)
 
 
 @routes.put("/_sandbox/installations/{installation_id}/suspended")
