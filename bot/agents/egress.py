@@ -302,31 +302,52 @@ def lend_in_tunnel(head: bytes, credentials: Sequence[HeldCredential]) -> bytes:
     """Return the first request head of a tunnel to a held host with the credentials in
     place (pure); a head they are not for goes on as it came, placeholders and all.
 
-    Only the first request of a tunnel is read, so one that is not a WebSocket's
-    upgrade is told to close the connection after its answer: a second request on it
-    would go unread, with the placeholder.
+    The head is read as strictly as a plain request's (no bare line feeds, no folded
+    lines) and rebuilt, with `Host` the credential's own. Only the first request of a
+    tunnel is read, so one that is not a WebSocket's upgrade is told to close the
+    connection after its answer: a second request on it would go unread.
     """
-    request_line, _, rest = head.partition(b"\r\n")
-    method, _, target = request_line.partition(b" ")
-    path = target.partition(b" ")[0].decode("latin-1")
-    held = [c for c in credentials if _under(path, c.path)]
-    if method not in LENT_TO or not path.startswith("/") or not held:
+    parsed = _origin_form(head)
+    if parsed is None:
         return head
-    lines = [_lent(line, held) for line in rest.removesuffix(b"\r\n\r\n").split(b"\r\n")]
-    names = {line.partition(b":")[0].strip().lower() for line in lines}
-    if b"upgrade" not in names:
-        lines = [line for line in lines if not _hop_by_hop(line)] + [b"Connection: close"]
-    return b"\r\n".join([request_line, *lines]) + b"\r\n\r\n"
+    request_line, path, headers = parsed
+    held = [c for c in credentials if _under(path, c.path)]
+    if request_line.split(" ", 1)[0].encode() not in LENT_TO or not held:
+        return head
+    plain = _plain(held[0])
+    host = _bracketed(plain.host) if plain.port == 80 else str(plain)
+    upgrade = any(name.lower() == "upgrade" for name, _ in headers)
+    dropped = {"host"} if upgrade else {"host", *_DROPPED_HEADERS}
+    lines = [request_line, f"Host: {host}"]
+    lines += [f"{name}: {value}" for name, value in headers if name.lower() not in dropped]
+    if not upgrade:
+        lines.append("Connection: close")
+    lent = [_lent(line.encode("latin-1"), held) for line in lines]
+    return b"\r\n".join(lent) + b"\r\n\r\n"
 
 
-def _hop_by_hop(line: bytes) -> bool:
-    return line.partition(b":")[0].strip().lower() in (b"connection", b"keep-alive")
+def _origin_form(head: bytes) -> tuple[str, str, list[tuple[str, str]]] | None:
+    """Read an origin-form request head: its request line, its path and its headers; None
+    for anything that is not one, to the letter."""
+    text = head.decode("latin-1")
+    if not text.endswith("\r\n\r\n"):
+        return None
+    request_line, *header_lines = text[:-4].split("\r\n")
+    request = _REQUEST_LINE.fullmatch(request_line)
+    if request is None or not request["target"].startswith("/"):
+        return None
+    try:
+        headers = [_header(line) for line in header_lines]
+    except ValueError:
+        return None
+    return request_line, request["target"], headers
 
 
 def _under(path: str, base: str) -> bool:
     """Tell whether a request's path is the endpoint's, or below it, with no way out of it."""
-    if "/." in path or "%2e" in path.lower() or "\\" in path:
-        return False  # `..` and its spellings would leave the base on the server's side
+    lowered = path.lower()
+    if "/." in path or "\\" in path or any(code in lowered for code in ("%2e", "%2f", "%5c")):
+        return False  # `..`, and the spellings a server decodes before it resolves them
     return (path.split("?", 1)[0] + "/").startswith(base + "/")
 
 

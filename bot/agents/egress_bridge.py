@@ -12,14 +12,16 @@ which belongs to COMMAND, and lets go of it once COMMAND runs; its own complaint
 stderr, each prefixed `baton-bridge:`.
 
 It uses the standard library only (`-I -S` keeps site-packages and the environment out),
-and of it only what starts fast (`os`, `_thread`, `socket`; not `subprocess` or
-`threading`): it runs before every agent, and its start is the sandbox's largest cost.
+and of it only what starts fast (`os`, `_thread`, `socket`, and `ctypes` for one
+`prctl`; not `subprocess` or `threading`): it runs before every agent, and its start is
+the sandbox's largest cost.
 It lives in a file of its own so that it is linted and type-checked like any module.
 """
 
 from __future__ import annotations
 
 import _thread
+import ctypes
 import os
 import signal
 import socket
@@ -31,6 +33,7 @@ BACKLOG = 128
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 USAGE = "usage: bridge SOCKET_PATH PORT -- COMMAND..."
 CANNOT_START = 127
+PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 
 
 def main(argv: list[str]) -> int:
@@ -39,6 +42,8 @@ def main(argv: list[str]) -> int:
         complain(USAGE)
         return 2
     socket_path, port, command = argv[1], int(argv[2]), argv[4:]
+    if not make_undumpable():
+        return CANNOT_START
     try:
         listener = listen(port)
     except OSError as exc:
@@ -69,6 +74,17 @@ def run_command(command: list[str]) -> None:
     except OSError as exc:
         complain(f"cannot start {command[0]}: {exc}")
     os._exit(CANNOT_START)
+
+
+def make_undumpable() -> bool:
+    """Keep the agent's tools, which run as this process's user, from tracing it: one that
+    could would take its listener (pidfd_getfd) and answer the CLI in the provider's
+    place. The kernel refuses to trace a process that is not dumpable."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        complain(f"cannot stop being traced: {os.strerror(ctypes.get_errno())}")
+        return False
+    return True
 
 
 def give_up_stdout() -> None:

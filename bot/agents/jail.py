@@ -501,7 +501,10 @@ class Jails:
             if real is None or self.sealed_dir is None or not is_native(real):
                 log.warning("%s is no native executable: its report could be forged", program)
                 continue
-            sealed.append((execute_only_copy(real, self.sealed_dir), real))
+            try:
+                sealed.append((execute_only_copy(real, self.sealed_dir), real))
+            except OSError as exc:
+                log.warning("%s not sealed, so its report could be forged: %s", program, exc)
         return tuple(sealed)
 
     @functools.cache  # noqa: B019 -- one per worker process: a jail is made per git command

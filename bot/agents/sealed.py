@@ -30,12 +30,14 @@ REPORT_FD_ENV = "BATON_REPORT_FD"
 EXECUTE_ONLY = 0o111
 ELF_MAGIC = b"\x7fELF"
 
-# Run as `python -I -S -c HANDOVER_SOURCE COMMAND...` with REPORT_FD_ENV set.
+# Run as `python -I -S -c HANDOVER_SOURCE COMMAND...`. A command run in the jail without
+# a report (a repository's setup command, say) has no REPORT_FD_ENV and keeps its stdout.
 HANDOVER_SOURCE = f"""\
 import os, sys
-fd = int(os.environ.pop({REPORT_FD_ENV!r}))
-os.dup2(fd, 1)
-os.close(fd)
+fd = os.environ.pop({REPORT_FD_ENV!r}, None)
+if fd is not None:
+    os.dup2(int(fd), 1)
+    os.close(int(fd))
 os.execvp(sys.argv[1], sys.argv[1:])
 """
 
@@ -79,4 +81,6 @@ def execute_only_copy(program: Path, into: Path) -> Path:
                 raise
     finally:
         shutil.rmtree(aside, ignore_errors=True)
+    if (copy.stat().st_mode & 0o777) != EXECUTE_ONLY:  # a filesystem that ignores chmod
+        raise OSError(f"{copy} is not execute-only: its filesystem keeps no modes")
     return copy

@@ -901,6 +901,37 @@ def test_a_tunnels_first_request_gets_the_key_and_only_a_websocket_keeps_the_con
         assert lend_in_tunnel(head, (credential,)) == head
     trace = upgrade.replace(b"GET", b"TRACE")
     assert lend_in_tunnel(trace, (credential,)) == trace
+    # The tunnel's Host is the endpoint's, whatever the agent wrote.
+    fronted = lend_in_tunnel(
+        upgrade.replace(b"Host: api.openai.com", b"Host: evil.example"), (credential,)
+    )
+    assert b"Host: api.openai.com\r\n" in fronted and b"evil.example" not in fronted
+
+
+@pytest.mark.parametrize(
+    "smuggled",
+    [
+        # A bare line feed ends the head early for a lenient server: a second request,
+        # off the endpoint's path, or a body, would carry the key.
+        b"X-Note: a\n\nTRACE /elsewhere HTTP/1.1\r\nAuthorization: Bearer {held}\r\n",
+        # A folded line makes the key part of the header before it.
+        b"X-Note: a\r\n Authorization: Bearer {held}\r\n",
+    ],
+)
+def test_a_tunnels_first_request_that_is_not_one_to_the_letter_gets_no_key(
+    smuggled: bytes,
+) -> None:
+    credential = HeldCredential(HELD, KEY, OPENAI, tls=True, path="/v1")
+    head = (
+        b"POST /v1/responses HTTP/1.1\r\nHost: api.openai.com\r\n"
+        + smuggled.replace(b"{held}", HELD.encode())
+        + b"\r\n"
+    )
+    assert lend_in_tunnel(head, (credential,)) == head
+    encoded = head.replace(b"/v1/responses", b"/v1/x%2f..%2f..%2fother").replace(
+        smuggled.replace(b"{held}", HELD.encode()), f"Authorization: Bearer {HELD}\r\n".encode()
+    )
+    assert KEY.encode() not in lend_in_tunnel(encoded, (credential,))
     tls_tunnel = parse_request_head(b"CONNECT api.openai.com:443 HTTP/1.1\r\n\r\n")
     assert lend_credentials(tls_tunnel, (credential,)) == tls_tunnel
 

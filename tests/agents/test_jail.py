@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.agents import programs_of
+from bot.agents import egress_for_run, programs_of
 from bot.agents.base import AgentRequest
 from bot.agents.command import CommandAdapter
+from bot.agents.egress import EgressPolicy
 from bot.agents.jail import (
     AGENT_UID,
     EGRESS_DIR_INSIDE,
@@ -156,6 +157,39 @@ async def test_a_process_of_the_same_user_cannot_write_the_report_of_a_sealed_pr
         argv = made.command(["bash", "-c", f"bash -c {shlex.quote(forge)} >/dev/null; echo REAL"])
         seen[sealed] = await report_of(argv, worktree, made.environment({}), sealed)
     assert seen[False].endswith("FORGED\nREAL\n") and seen[True] == "REAL\n"
+
+
+async def test_behind_the_bridge_no_tool_reaches_the_bridge_or_the_cli_and_setup_keeps_stdout(
+    tmp_path: Path,
+) -> None:
+    """The bridge is not dumpable either: a tool that could trace it would take its
+    listener (pidfd_getfd) and answer the sealed CLI as its provider. A command run in
+    the same jail without a report (a repository's setup command) keeps its stdout."""
+    worktree = tmp_path / "wt"
+    worktree.mkdir()
+    jails = Jails(enabled=True, path=os.environ["PATH"], sealed_dir=tmp_path / "sealed")
+    async with egress_for_run(EgressPolicy("allowlist", frozenset()), "octo/r#1") as (egress, _):
+        made = jails.make(
+            worktree=worktree,
+            home=tmp_path / "home",
+            scratch=tmp_path / "scratch",
+            network="allowlist",
+            egress_dir=egress,
+            reporters=("bash",),
+        )
+        assert made is not None and made.reports_sealed
+        probe = (
+            "for p in /proc/[0-9]*; do name=$(cat $p/comm);"
+            " if readlink $p/fd/0 >/dev/null; then echo reached $name; else echo refused $name; fi;"
+            " done"
+        )
+        script = f"bash -c {shlex.quote(probe)} > probe.txt; echo REAL"
+        report = await report_of(made.command(["bash", "-c", script]), worktree, {}, True)
+        setup = await report_of(made.command(["echo", "set up"]), worktree, {}, False)
+    seen = (worktree / "probe.txt").read_text().splitlines()
+    bridge = Path(made.python).name[:15]  # the kernel's comm: 15 characters at most
+    assert report == "REAL\n" and f"refused {bridge}" in seen and "refused bash" in seen, seen
+    assert setup == "set up\n"
 
 
 async def report_of(argv: list[str], cwd: Path, env: dict[str, str], sealed: bool) -> str:
