@@ -396,11 +396,48 @@ async def test_a_sweep_during_a_backlog_queues_no_second_run(
         printed = await asyncio.to_thread(sweep, stack)
         assert repo not in printed, printed
         assert dispatch.queues[AGENTS].count == jobs_before, "no second run job"
+    await backlog_done(stack, store, repo, numbers)
+
+
+async def backlog_done(stack: LocalBaton, store: Store, repo: str, numbers: list[int]) -> None:
+    """Wait for every issue of a backlog to be pushed green at its first attempt; on a
+    timeout, say where each of the others stands, its run and its run job."""
+
+    async def all_green() -> list[Run] | None:
+        runs = [await run_state(store, repo, n, RunState.PUSHED_GREEN) for n in numbers]
+        return [run for run in runs if run is not None] if all(runs) else None
+
+    try:
+        runs = await eventually(all_green, "all green", 60 + 6 * len(numbers))
+    except TimeoutError as timeout:
+        raise AssertionError(backlog_standing(stack, store, repo, numbers)) from timeout
+    assert [run.attempt for run in runs] == [1] * len(numbers)
+
+
+def backlog_standing(stack: LocalBaton, store: Store, repo: str, numbers: list[int]) -> str:
+    """Say, for each issue not yet green, its latest run's state and its run jobs' status."""
+    dispatch = Dispatcher.from_url(stack.redis_url, Settings(REDIS_URL=stack.redis_url))
+    registries = {
+        "queued": dispatch.queues[AGENTS].get_job_ids(),
+        "started": dispatch.queues[AGENTS].started_job_registry.get_job_ids(),
+        "scheduled": dispatch.queues[AGENTS].scheduled_job_registry.get_job_ids(),
+        "failed": dispatch.queues[AGENTS].failed_job_registry.get_job_ids(),
+        "finished": dispatch.queues[AGENTS].finished_job_registry.get_job_ids(),
+    }
+    lines = []
     for number in numbers:
-        run = await eventually(
-            lambda n=number: run_state(store, repo, n, RunState.PUSHED_GREEN), "green", 180
-        )
-        assert run.attempt == 1
+        run = latest_run(store, repo, number)
+        if run is not None and run.state is RunState.PUSHED_GREEN:
+            continue
+        jobs = [
+            f"{where}:{job.id}"
+            for where, ids in registries.items()
+            for job in Job.fetch_many(ids, dispatch.connection)
+            if job is not None and job.args[1:3] == (repo, number)
+        ]
+        state = "no run" if run is None else f"{run.state.value} attempt {run.attempt}"
+        lines.append(f"#{number}: {state}; jobs {jobs or 'none'}")
+    return "not green:\n" + "\n".join(lines)
 
 
 async def test_a_deleted_issue_and_a_suspended_installation_leave_the_rest_swept(
