@@ -29,6 +29,7 @@ from bot.agents import (
     agent_home,
     egress_for_run,
     egress_policy_for,
+    home_for_run,
     programs_of,
     reporters_of,
 )
@@ -263,11 +264,14 @@ class IssueRig(Generic[ProviderT]):
             agent_env=found.agent_env,
         )
 
-    def jail(self, run_dir: Path, brief_path: Path, egress_dir: Path | None) -> Jail:
+    def jail(
+        self, run_dir: Path, brief_path: Path, egress_dir: Path | None, pinned: tuple[Path, ...]
+    ) -> Jail:
         """Return the run's jail, as the runner makes it."""
         jail = self.jails.make(
             worktree=self.worktree,
             home=self.home,
+            pinned=pinned,
             scratch=run_dir / "jail",
             readable=(self.mirror / "objects", brief_path),
             writable=(run_dir / "io",),
@@ -288,6 +292,7 @@ class IssueRig(Generic[ProviderT]):
         brief_path = run_dir / "brief.md"
         brief_path.write_text(brief or self.issue.brief_of(self.number))
         policy = self.policy()
+        home = home_for_run(self.settings, self.issue.repo, self.number)
         adapter = adapter_for(self.settings)
         assert isinstance(adapter, self.adapter)
         async with egress_for_run(policy, label) as (egress_dir, proxy):
@@ -303,7 +308,7 @@ class IssueRig(Generic[ProviderT]):
                 passthrough_env=tuple(self.settings.agent_passthrough_env),
                 held_env=policy.agent_env,
                 resume_session_id=resume,
-                jail=self.jail(run_dir, brief_path, egress_dir),
+                jail=self.jail(run_dir, brief_path, egress_dir, home.pinned),
             )
             result = await adapter.run(request)
             assert proxy is not None

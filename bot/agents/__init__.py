@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from bot.agents import aider, claude, codex
 from bot.agents.aider import AiderAdapter
 from bot.agents.base import Adapter, AgentConfigError, AgentRequest
 from bot.agents.claude import ClaudeAdapter
@@ -27,6 +28,7 @@ from bot.agents.egress import (
     provider_hosts,
     serve_egress,
 )
+from bot.agents.home import FreshHome, HomeLayout, agent_home, fresh_agent_home
 from bot.agents.jail import EGRESS_SOCKET_NAME
 from bot.ops.settings import Settings
 
@@ -40,6 +42,7 @@ __all__ = [
     "build_adapter",
     "egress_for_run",
     "egress_policy_for",
+    "home_for_run",
     "programs_of",
     "reporters_of",
 ]
@@ -109,6 +112,17 @@ def programs_of(
     for command in setup_commands:
         named += _repository_program(command)
     return tuple(dict.fromkeys(named))
+
+
+# What each CLI's next run keeps of its agent home, and which of its files stay read-only.
+_HOMES: dict[str, HomeLayout] = {"claude": claude.HOME, "codex": codex.HOME, "aider": aider.HOME}
+
+
+def home_for_run(settings: Settings, repo: str, number: int) -> FreshHome:
+    """Make the issue's agent home again from the operator's template for one run of the
+    agent the settings select, keeping what that CLI needs from its last run."""
+    layout = _HOMES.get(settings.agent, HomeLayout())
+    return fresh_agent_home(settings.data_dir, repo, number, layout)
 
 
 def reporters_of(settings: Settings) -> tuple[str, ...]:
@@ -185,19 +199,3 @@ async def egress_for_run(
             yield directory, proxy
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-
-
-def agent_home(data_dir: Path, repo: str, number: int) -> Path:
-    """Return the issue's own agent home, made from the operator's `agent-home` when new.
-
-    One home per issue: a continuation finds its CLI session again, and nothing one
-    issue's agent leaves in its home reaches another issue's.
-    """
-    home = data_dir / "homes" / repo / f"issue-{number}"
-    if not home.exists():
-        template = data_dir / "agent-home"
-        if template.is_dir():
-            shutil.copytree(template, home, symlinks=True)
-        else:
-            home.mkdir(parents=True)
-    return home

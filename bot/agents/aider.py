@@ -27,6 +27,7 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 
 from bot.agents.base import AgentRequest, agent_environment
+from bot.agents.home import HomeLayout
 from bot.agents.output import Unreadable, read_capped
 from bot.agents.process import run_process
 from bot.agents.stream import (
@@ -54,6 +55,7 @@ COLUMNS = 32767
 PRICE_CACHE = (".aider", "caches", "model_prices_and_context_window.json")
 PRICE_CACHE_TEXT = '{"baton": "not fetched: litellm\'s bundled model list is used"}\n'
 HISTORY_DIR = (".aider", "history")
+HOME = HomeLayout(carried=(HISTORY_DIR,))  # a continuation reads its chat history again
 EXCLUDED = ".aider*"  # aider's files in the checkout: its repository-map cache, and any other
 QUIET_ENV = {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # litellm's price list: its bundled copy

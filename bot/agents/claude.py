@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.agents.base import AgentRequest, agent_environment
+from bot.agents.home import HomeLayout
 from bot.agents.resets import claude_reset, from_epoch
 from bot.agents.stream import (
     Clock,
@@ -50,6 +51,12 @@ UNSET_ENV = (
     "CLAUDECODE",  # a nested run must not think it runs inside Claude Code
     "CLAUDE_CODE_RETRY_WATCHDOG",  # it would wait out a closed window forever
     "CLAUDE_CODE_ENABLE_TELEMETRY",  # OpenTelemetry export to a collector
+)
+# What a run keeps of the last one's home: its sessions, and a Claude login, which the CLI
+# refreshes itself. Its settings (hooks, env, permission rules) are the operator's alone.
+HOME = HomeLayout(
+    carried=(("claude", "projects"), ("claude", ".credentials.json")),
+    pinned={("claude", "settings.json"): "{}\n"},
 )
 _DENIAL_TARGETS = ("command", "file_path", "notebook_path", "path", "url", "pattern")
 

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from bot.agents.base import AgentRequest, agent_environment
 from bot.agents.egress import CODEX_ENDPOINT_ENV, HostPort
+from bot.agents.home import HomeLayout
 from bot.agents.jail import JAIL_TMP
 from bot.agents.output import Unreadable, find_file, read_capped
 from bot.agents.resets import codex_reset
@@ -67,6 +68,12 @@ QUIET_CONFIG: dict[str, Any] = {
 }
 CODEX_DIR = "codex"  # CODEX_HOME, in the agent home
 CONFIG_CAP = 1024 * 1024  # the most of an existing config.toml Baton reads back
+# What a run keeps of the last one's home: its sessions, and a ChatGPT login, which codex
+# refreshes itself. Its config.toml is the template's with Baton's settings over it.
+HOME = HomeLayout(
+    carried=((CODEX_DIR, "sessions"), (CODEX_DIR, "auth.json")),
+    pinned={(CODEX_DIR, "config.toml"): ""},
+)
 _FRESH_CONFIG = ".config.toml.baton"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -111,6 +111,8 @@ class Jail:
     system: tuple[Mount, ...]
     readable: tuple[Path, ...] = ()
     masked: tuple[Path, ...] = ()  # credential files inside what readable shows
+    # Files in the home shown read-only over it: the CLI's settings stay the operator's.
+    pinned: tuple[Path, ...] = ()
     writable: tuple[Path, ...] = ()
     # Writable directories shown elsewhere: a repository's own caches, each at the path
     # of the operator's cache it belongs to (source, where the jail shows it).
@@ -185,6 +187,8 @@ def bwrap_argv(jail: Jail, argv: Sequence[str]) -> list[str]:
     for path in jail.readable:
         args += ["--ro-bind", str(path), str(path)]
     args += ["--bind", str(jail.home), str(jail.home)]
+    for path in jail.pinned:
+        args += ["--ro-bind", str(path), str(path)]
     for path in jail.writable:
         args += ["--bind", str(path), str(path)]
     for source, shown in jail.shown_at:
@@ -450,6 +454,7 @@ class Jails:
         worktree: Path,
         home: Path,
         scratch: Path,
+        pinned: Sequence[Path] = (),
         readable: Sequence[Path] = (),
         writable: Sequence[Path] = (),
         network: Network = "none",
@@ -461,7 +466,8 @@ class Jails:
         """Return a jail over worktree with home and a scratch directory of its own.
 
         scratch holds the jail's tmp and its passwd files; readable and writable are
-        shown at their own paths, after the toolchain the PATH and programs need. An
+        shown at their own paths, after the toolchain the PATH and programs need, and
+        pinned (files in home) read-only over the writable home. An
         agent's jail (caches_of: its repository) shows each of the operator's extra
         paths as that repository's own part of it, so no agent leaves a wheel or a
         package there for another repository's agent to install. Each of reporters (the
@@ -485,6 +491,7 @@ class Jails:
             system=system_mounts(),
             readable=(*toolchain, *readable),
             masked=(*toolchain_masks, *extra_masks),
+            pinned=tuple(pinned),
             writable=tuple(writable),
             shown_at=shown_at,
             network=network,

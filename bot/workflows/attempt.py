@@ -15,9 +15,9 @@ from bot.agents import (
     AgentConfigError,
     AgentRequest,
     adapter_for,
-    agent_home,
     egress_for_run,
     egress_policy_for,
+    home_for_run,
     programs_of,
     reporters_of,
 )
@@ -672,12 +672,13 @@ class _Attempt:
                 continuation,
             )
         )
-        home = agent_home(self.settings.data_dir, self.issue.repo, self.issue.number)
+        home = home_for_run(self.settings, self.issue.repo, self.issue.number)
         policy = egress_policy_for(self.settings)
         async with egress_for_run(policy, str(self.issue)) as (egress_dir, proxy):
             jail = self.services.jails.make(
                 worktree=worktree,
-                home=home,
+                home=home.path,
+                pinned=home.pinned,
                 scratch=run_dir / "jail",
                 readable=(
                     self.services.workspace.mirror_path(self.issue.repo) / "objects",
@@ -700,7 +701,7 @@ class _Attempt:
                 brief_path=brief_path,
                 run_dir=run_dir,
                 deadline=utcnow() + timedelta(seconds=self.settings.agent_wall_clock_seconds),
-                home=home,
+                home=home.path,
                 passthrough_env=tuple(self.settings.agent_passthrough_env),
                 held_env=policy.agent_env if policy is not None else {},
                 # The agent picks its session up where the CLI can and the session is on this

@@ -108,6 +108,14 @@ def edit_calc(worktree: Path) -> list[Step]:
     ]
 
 
+def forbid_pushing(rig: Rig) -> Path:
+    """Give the operator's agent home template a rule against pushing; return its file."""
+    settings = rig.settings.data_dir / "agent-home" / "claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(json.dumps({"permissions": {"deny": ["Bash(git push:*)"]}}))
+    return settings
+
+
 def quiet(outcome: Outcome) -> None:
     """Assert the CLI reached nothing but its provider and was refused nothing."""
     assert outcome.result.refused_hosts == []
@@ -247,10 +255,7 @@ async def test_a_refused_tool_call_is_recorded_with_the_run(
     credentials(monkeypatch, API_KEY)
     start = await rig.provision()
     worktree = rig.workspace.worktree_path(REPO, NUMBER)
-    # The operator's agent home forbids pushing; every agent home is made from it.
-    settings = rig.home / "claude" / "settings.json"
-    settings.parent.mkdir(parents=True)
-    settings.write_text(json.dumps({"permissions": {"deny": ["Bash(git push:*)"]}}))
+    forbid_pushing(rig)
     rig.provider.script(
         *edit_calc(worktree),
         bash("git push origin HEAD", "Push"),
@@ -300,6 +305,45 @@ async def test_a_continuation_resumes_the_previous_session(
     assert "Attempt 1: fix add()." in conversation and "Attempt 2: check." in conversation
     assert "Changed calc.py; tests not run yet." in conversation
     assert "OK" in rig.provider.loop_requests[4].last_tool_result_text()
+
+
+async def test_a_run_starts_from_the_operators_agent_home_and_keeps_only_its_session(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What one run's agent leaves in Claude Code's settings or memory never steers the next."""
+    credentials(monkeypatch, API_KEY)
+    start = await rig.provision()
+    worktree = rig.workspace.worktree_path(REPO, NUMBER)
+    rules = forbid_pushing(rig)
+    # An injected agent lifts the operator's rules and leaves the CLI a memory to obey
+    # (printf's escape keeps the planted words out of the conversation itself).
+    config = '"$CLAUDE_CONFIG_DIR"'
+    plant = (
+        f"printf '\\120LANTED' > {config}/CLAUDE.md; "
+        f"echo '{{}}' > {config}/settings.json || echo kept; "
+        f"echo '{{}}' > {config}/lifted.json; "
+        f"mv {config}/lifted.json {config}/settings.json || echo kept"
+    )
+    rig.provider.script(*edit_calc(worktree), bash(plant, "Plant"), text("Changed calc.py."))
+    first = await rig.run(start, brief="Attempt 1: fix add().")
+    assert first.result.status == "success" and first.result.session_id
+    told = rig.provider.loop_requests[3].last_tool_result_text().splitlines()
+    assert told.count("kept") == 2, told  # neither a write nor a rename over it took
+    assert json.loads((rig.home / "claude" / "settings.json").read_text()) == json.loads(
+        rules.read_text()
+    )
+
+    await rig.workspace.provision(REPO, NUMBER, BRANCH, first.head)
+    seen = len(rig.provider.loop_requests)
+    rig.provider.script(bash("git push origin HEAD", "Push"), text("Not allowed to push."))
+    second = await rig.run(first.head, resume=first.result.session_id, brief="Attempt 2.")
+
+    assert second.result.status == "success"
+    assert second.result.denials == ["Bash: git push origin HEAD"]
+    later = [json.dumps(request.body) for request in rig.provider.loop_requests[seen:]]
+    assert "Attempt 1: fix add()." in later[0]  # the session came across
+    assert not [body for body in later if "PLANTED" in body]  # its memory did not
+    assert not (rig.home / "claude" / "CLAUDE.md").exists()
 
 
 # ---------------------------------------------------------------- caps
