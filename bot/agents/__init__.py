@@ -69,11 +69,13 @@ def adapter_for(settings: Settings) -> Adapter:
 
     Its CLI is that agent's own (`BATON_AGENT_BINARY` is the default agent's only): an
     agent picked for an issue or by a repository's file runs its own binary, or its
-    name on PATH.
+    name on PATH. A name is looked up here, on the worker's PATH: in the jail a writable
+    directory on the PATH (a repository's cache) could hold a `claude` of the agent's.
     """
     if settings.agent == "command":
         return CommandAdapter(settings.agent_command)
-    options: dict[str, Any] = {"model": settings.agent_model, "binary": settings.agent_program}
+    binary = shutil.which(settings.agent_program) or settings.agent_program
+    options: dict[str, Any] = {"model": settings.agent_model, "binary": binary}
     if settings.agent != "aider":  # aider has no turns to cap: its wall clock bounds it
         options["max_turns"] = settings.agent_max_turns
     if settings.agent == "codex" and settings.codex_base_url:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
 import sys
 from datetime import timedelta
@@ -204,3 +205,16 @@ def test_settings_select_the_agent_and_its_options(
     assert argv[0] == "/opt/agents/bin/cli" and "some-model" in argv
     if flag is not None:
         assert argv[argv.index(flag) + 1] == "7"
+
+
+def test_a_cli_named_without_a_path_runs_as_found_on_the_workers_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside the jail a bare name would be looked up again, where the agent may write."""
+    found = tmp_path / "bin" / "claude"
+    found.parent.mkdir()
+    found.write_text("#!/bin/sh\n")
+    found.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{found.parent}{os.pathsep}/usr/bin")
+    adapter = adapter_for(Settings(BATON_AGENT="claude"))
+    assert adapter.argv(request_for(tmp_path))[0] == str(found)  # type: ignore[attr-defined]
