@@ -20,14 +20,19 @@ ended without its result, never a result the tool wrote.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 REPORT_FD_ENV = "BATON_REPORT_FD"
 EXECUTE_ONLY = 0o111
+# A copy no jail was made with for a week is removed when another is made: a CLI's old
+# version, or what a worker that died while copying left aside.
+UNUSED_COPY_S = 7 * 24 * 3600
 ELF_MAGIC = b"\x7fELF"
 
 # Run as `python -I -S -c HANDOVER_SOURCE COMMAND...`. A command run in the jail without
@@ -59,7 +64,7 @@ def execute_only_copy(program: Path, into: Path) -> Path:
 
     A copy is named by the program's path, size and modification time, and appears
     whole or not at all (made aside, then renamed), so workers sharing into never see a
-    partial one.
+    partial one. Each use marks it used; making one removes those unused for a week.
     """
     real = Path(os.path.realpath(program))
     facts = real.stat()
@@ -67,8 +72,10 @@ def execute_only_copy(program: Path, into: Path) -> Path:
     home = into / key[:32]
     copy = home / real.name
     if copy.is_file() and (copy.stat().st_mode & 0o777) == EXECUTE_ONLY:
+        os.utime(home)
         return copy
     into.mkdir(parents=True, exist_ok=True)
+    remove_unused(into, time.time() - UNUSED_COPY_S)
     aside = Path(tempfile.mkdtemp(prefix=".making-", dir=into))
     try:
         shutil.copyfile(real, aside / real.name)
@@ -84,3 +91,11 @@ def execute_only_copy(program: Path, into: Path) -> Path:
     if (copy.stat().st_mode & 0o777) != EXECUTE_ONLY:  # a filesystem that ignores chmod
         raise OSError(f"{copy} is not execute-only: its filesystem keeps no modes")
     return copy
+
+
+def remove_unused(into: Path, before: float) -> None:
+    """Remove the copies (and leftovers of copying) under into last used before then."""
+    for entry in into.iterdir():
+        with contextlib.suppress(FileNotFoundError):  # another worker's removal
+            if entry.lstat().st_mtime < before:
+                shutil.rmtree(entry, ignore_errors=True)

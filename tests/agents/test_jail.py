@@ -8,6 +8,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -133,6 +134,26 @@ def test_an_execute_only_copy_is_made_once_per_version_and_only_of_a_native_prog
     script.write_text("#!/usr/bin/env node\n")
     assert is_native(program) and not is_native(script)
     assert not list((tmp_path / "sealed").glob(".making-*"))
+
+
+def test_a_copy_unused_for_a_week_goes_when_another_is_made(tmp_path: Path) -> None:
+    sealed = tmp_path / "sealed"
+    program = tmp_path / "cli"
+    program.write_bytes(Path(sys.executable).read_bytes()[:4096])
+    old = execute_only_copy(program, sealed)
+    left = sealed / ".making-died"  # a worker died copying
+    left.mkdir()
+    week_ago = time.time() - 7 * 24 * 3600 - 60
+    for entry in (old.parent, left):
+        os.utime(entry, (week_ago, week_ago))
+    assert execute_only_copy(program, sealed) == old  # used again: kept
+    program.write_bytes(program.read_bytes() + b"v2")
+    new = execute_only_copy(program, sealed)
+    assert set(sealed.iterdir()) == {old.parent, new.parent} and not left.exists()
+    os.utime(old.parent, (week_ago, week_ago))
+    program.write_bytes(program.read_bytes() + b"v3")
+    newest = execute_only_copy(program, sealed)
+    assert not old.parent.exists() and newest.parent.exists() and new.parent.exists()
 
 
 async def test_a_process_of_the_same_user_cannot_write_the_report_of_a_sealed_program(
