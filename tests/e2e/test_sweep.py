@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -437,7 +438,19 @@ def backlog_standing(stack: LocalBaton, store: Store, repo: str, numbers: list[i
         ]
         state = "no run" if run is None else f"{run.state.value} attempt {run.attempt}"
         lines.append(f"#{number}: {state}; jobs {jobs or 'none'}")
+        lines += [f"    {line}" for line in logged(stack, f"{repo}#{number}")[-8:]]
     return "not green:\n" + "\n".join(lines)
+
+
+def logged(stack: LocalBaton, mark: str) -> list[str]:
+    """Return the lines of the stack's process logs that mention mark, log by log."""
+    mentions = re.compile(re.escape(mark) + r"(?!\d)")
+    return [
+        f"{log.stem}: {line}"
+        for log in sorted(stack.log_dir.glob("*.log"))
+        for line in log.read_text(errors="replace").splitlines()
+        if mentions.search(line)
+    ]
 
 
 async def test_a_deleted_issue_and_a_suspended_installation_leave_the_rest_swept(
