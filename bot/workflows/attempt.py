@@ -672,7 +672,10 @@ class _Attempt:
                 continuation,
             )
         )
-        home = home_for_run(self.settings, self.issue.repo, self.issue.number)
+        # Off the loop: the home holds what the agent left, as many files as it made.
+        home = await asyncio.to_thread(
+            home_for_run, self.settings, self.issue.repo, self.issue.number
+        )
         policy = egress_policy_for(self.settings)
         async with egress_for_run(policy, str(self.issue)) as (egress_dir, proxy):
             jail = self.services.jails.make(
