@@ -191,6 +191,14 @@ class Maintainer:
             {"repo": repo, "number": number, "name": label},
         )
 
+    async def set_secret(self, repo: str, name: str, value: str) -> None:
+        """Give a repository an Actions secret, which its CI runs get in their environment."""
+        await self.gh.put(
+            "/_sandbox/repos/{+repo}/secrets/{name}",
+            {"repo": repo, "name": name},
+            data={"value": value},
+        )
+
     async def grant(self, repo: str, login: str, permission: str) -> None:
         """Give a user a role on a repository (read, triage, write, maintain, admin)."""
         await self.gh.put(

@@ -253,7 +253,9 @@ async def _run_checks(hub: Hub, repo_id: int, run_ids: set[int]) -> None:
                         run.started_at = utc_now()
                         hub.changed()
                         try:
-                            result = await ci.run_check(work, run.name, hub.ci_timeout)
+                            result = await ci.run_check(
+                                work, run.name, hub.ci_timeout, repo.secrets
+                            )
                         except Exception as exc:
                             log.exception("CI run %s crashed", run.id)
                             result = _crashed(exc)

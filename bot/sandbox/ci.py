@@ -16,7 +16,7 @@ import re
 import signal
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
 from bot.sandbox.git_backend import GitRepo, run_git
@@ -88,21 +88,39 @@ def checkout_failed(reason: str) -> CiResult:
     return CiResult("failure", "CI could not start", "Checking out the commit failed.", reason)
 
 
-async def run_check(work: pathlib.Path, name: str, time_limit: float) -> CiResult:
-    """Run the CI script of a checkout for one check, with a home of its own."""
+async def run_check(
+    work: pathlib.Path, name: str, time_limit: float, secrets: Mapping[str, str]
+) -> CiResult:
+    """Run the CI script of a checkout for one check, with a home of its own and the
+    repository's secrets in its environment, masked in its log as Actions masks them."""
     with tempfile.TemporaryDirectory(prefix="sandbox-ci-home-", ignore_cleanup_errors=True) as home:
         env = {
+            **secrets,
             "PATH": os.environ.get("PATH", os.defpath),
             "HOME": home,
             "LANG": "C.UTF-8",
             "CI": "true",
             "SANDBOX_CHECK": name,
         }
-        return await _execute(work, env, time_limit, name)
+        return await _execute(work, env, time_limit, name, secrets)
+
+
+def masked(log: bytes, secrets: Mapping[str, str]) -> bytes:
+    """Return log with each secret's value, line by line, shown as `***` (GitHub: "Using
+    secrets in GitHub Actions"; a value printed any other way, encoded say, shows)."""
+    for value in secrets.values():
+        for line in value.splitlines():
+            if line.strip():
+                log = log.replace(line.encode(), b"***")
+    return log
 
 
 async def _execute(
-    work: pathlib.Path, env: dict[str, str], time_limit: float, name: str
+    work: pathlib.Path,
+    env: dict[str, str],
+    time_limit: float,
+    name: str,
+    secrets: Mapping[str, str],
 ) -> CiResult:
     script = f"`{CI_PATH}`" if name == DEFAULT_CHECK else f"`SANDBOX_CHECK={name} {CI_PATH}`"
     started = time.monotonic()
@@ -135,7 +153,7 @@ async def _execute(
             await proc.wait()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(reader, DRAIN_SECONDS)
-    text = _tail(log)
+    text = _tail(masked(bytes(log), secrets))
     elapsed = time.monotonic() - started
     if code is None:
         return CiResult(
@@ -153,6 +171,6 @@ async def _collect(proc: asyncio.subprocess.Process, log: bytearray) -> None:
         del log[: max(len(log) - LOG_LIMIT, 0)]
 
 
-def _tail(log: bytearray) -> str:
+def _tail(log: bytes) -> str:
     text = log.decode(errors="replace")
     return text[-LOG_LIMIT:]

@@ -288,6 +288,8 @@ class Repo(BaseModel):
     check_runs: list[CheckRun] = Field(default_factory=list)
     statuses: list[CommitStatus] = Field(default_factory=list)
     collaborators: dict[str, str] = Field(default_factory=dict)
+    # Actions secrets, by name: what the repository's CI runs get in their environment.
+    secrets: dict[str, str] = Field(default_factory=dict)
 
     @property
     def full_name(self) -> str:

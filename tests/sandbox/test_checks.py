@@ -17,6 +17,7 @@ import pytest
 from gidgethub import GraphQLException
 
 from bot.devkit.maintainer import Maintainer
+from bot.sandbox.ci import masked
 from bot.sandbox.state import node_id
 from tests.sandbox.test_git_backend import (
     CI_FAIL,
@@ -703,3 +704,47 @@ async def test_re_run_all_checks_sends_the_suites_app_check_suite_rerequested(
     )
     suite = await sandbox.ok("GET", f"{REPO}/check-suites/{run['check_suite']['id']}")
     assert (suite["status"], suite["conclusion"]) == ("queued", None)
+
+
+# ---------------------------------------------------------------- Actions secrets
+
+
+def test_a_secret_is_masked_line_by_line_and_an_encoded_one_shows() -> None:
+    """Actions masks each line of a secret's value in a job's log, and only the value as
+    written: "Using secrets in GitHub Actions" warns that a transformed secret, encoded say,
+    is not masked."""
+    secrets = {"DEPLOY_KEY": "first-line\nsecond-line\n", "TOKEN": "s3cret"}
+    log = b"key first-line / second-line, token s3cret, b64 czNjcmV0\n"
+    assert masked(log, secrets) == b"key *** / ***, token ***, b64 czNjcmV0\n"
+
+
+async def test_a_repositorys_secret_reaches_its_ci_masked_in_the_log(sandbox: Sandbox) -> None:
+    """A repository's Actions secret is in the environment of its CI runs for its own
+    branches' pushes, shown as `***` in the log unless the job prints it transformed."""
+    await sandbox.new_repo()
+    owner = maintainer_of(sandbox)
+    await owner.set_secret("maintainer/demo", "DEPLOY_TOKEN", "tok-5f1e")
+    script = '#!/bin/sh\necho "plain $DEPLOY_TOKEN"\nprintf %s "$DEPLOY_TOKEN" | base64\n'
+    _, head = await sandbox.push_branch("leaky", {".sandbox/ci": script})
+    await sandbox.receiver.wait_for("check_suite", "completed", where=suite_of(head))
+    run = (await sandbox.ok("GET", f"{REPO}/commits/{head}/check-runs"))["check_runs"][0]
+    text = run["output"]["text"]
+    assert "plain ***" in text
+    assert "tok-5f1e" not in text
+    assert base64.b64encode(b"tok-5f1e").decode() in text
+
+
+async def test_secrets_are_named_and_set_as_githubs_settings_take_them(sandbox: Sandbox) -> None:
+    """Creating a secret answers 201 and updating it 204; a name must be alphanumerics or
+    underscores, not start with a digit or GITHUB_ (GitHub: "Naming your secrets")."""
+    await sandbox.new_repo()
+    path = "/_sandbox/repos/maintainer/demo/secrets"
+    await sandbox.ok("PUT", f"{path}/API_KEY", {"value": "one"}, status=201)
+    await sandbox.ok("PUT", f"{path}/api_key", {"value": "two"}, status=204)
+    for name in ("GITHUB_TOKEN", "1KEY", "A-B"):
+        await sandbox.ok("PUT", f"{path}/{name}", {"value": "x"}, status=422)
+    await sandbox.ok("PUT", f"{path}/API_KEY", {"value": ""}, status=422)
+    absent = "/_sandbox/repos/maintainer/absent/secrets/K"
+    await sandbox.ok("PUT", absent, {"value": "x"}, status=404)
+    repo = sandbox.hub.repo("maintainer", "demo")
+    assert repo is not None and repo.secrets == {"API_KEY": "two"}

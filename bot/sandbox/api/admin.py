@@ -9,6 +9,7 @@ unsuspend or remove an App's installation, re-run a check from a pull request's 
 from __future__ import annotations
 
 import datetime
+import re
 from typing import Literal
 
 from aiohttp import web
@@ -35,6 +36,8 @@ from bot.sandbox.webhooks import Delivery, WebhookFaults
 routes = web.RouteTableDef()
 
 _API_FAULT_FIELDS = set(ApiFault.model_fields) - {"fired"}
+# GitHub: alphanumerics and underscores, not starting with a number or GITHUB_.
+SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class FaultsBody(BaseModel):
@@ -49,6 +52,12 @@ class CollaboratorBody(BaseModel):
     """Body of PUT /_sandbox/repos/{owner}/{repo}/collaborators/{username}."""
 
     permission: Literal["read", "triage", "write", "maintain", "admin"] = "write"
+
+
+class SecretBody(BaseModel):
+    """Body of PUT /_sandbox/repos/{owner}/{repo}/secrets/{name}: the secret's plain value."""
+
+    value: str = Field(min_length=1, max_length=48 * 1024)  # GitHub's limit is 48 KB
 
 
 class InstallBody(BaseModel):
@@ -206,6 +215,22 @@ async def add_collaborator(request: web.Request) -> web.Response:
     hub.user(login)
     repo.collaborators[login] = body.permission
     return web.Response(status=204)
+
+
+@routes.put("/_sandbox/repos/{owner}/{repo}/secrets/{name}")
+async def set_secret(request: web.Request) -> web.Response:
+    """Set a repository's Actions secret, as its settings page does (GitHub's REST API takes
+    it sealed with the repository's public key; the sandbox takes it plain)."""
+    hub = hub_of(request)
+    repo = or_not_found(hub.repo(request.match_info["owner"], request.match_info["repo"]))
+    name = request.match_info["name"]
+    if not SECRET_NAME.fullmatch(name) or name.upper().startswith("GITHUB_"):
+        raise ApiError(422, f"Secret names can only contain alphanumerics or underscores: {name}")
+    body = await read_body(request, SecretBody, "Secret")
+    created = name.upper() not in repo.secrets
+    repo.secrets[name.upper()] = body.value
+    hub.changed()
+    return web.Response(status=201 if created else 204)
 
 
 @routes.put("/_sandbox/users/{username}/plan")
