@@ -24,7 +24,10 @@ async def _pull_refs(hub: Hub, repo: Repo, sha: str, branch: str | None) -> list
     return [
         hub.render.pull_minimal(repo, issue, pulls.base_sha(issue, tips))
         for issue in pulls.open_pulls(repo)
-        if issue.pull is not None and issue.pull.head_sha == sha and issue.pull.head_ref == branch
+        if issue.pull is not None
+        and issue.pull.head_repo_id is None
+        and issue.pull.head_sha == sha
+        and issue.pull.head_ref == branch
     ]
 
 
@@ -188,24 +191,35 @@ async def start_ci(hub: Hub, repo: Repo, branch: str, before: str, after: str, s
     """Create the CI suite for a newly pushed head, one queued run per check, and start them.
 
     A head without `.sandbox/ci` gets no suite at all, as a commit no CI looks at has none
-    on GitHub.
+    on GitHub. A fork runs none: Actions is off in a fork until its owner turns it on.
     """
+    if repo.parent_id is not None:
+        return
     names = await ci.planned_checks(hub.git(repo), after)
     if not names:
         return
     suite, new = suite_for(hub, repo, CI_APP_ID, after, branch, before)
     if not new:
         return
-    hub.emit(
-        repo,
-        "check_suite",
-        sender,
-        {"check_suite": await suite_json(hub, repo, suite, webhook=True)},
-        "requested",
-    )
+    await announce_suite(hub, repo, suite, sender)
+    await start_runs(hub, repo, suite, names)
+
+
+async def announce_suite(hub: Hub, repo: Repo, suite: CheckSuite, sender: str) -> None:
+    """Send the `check_suite` `requested` webhook of a new CI suite."""
+    body = {"check_suite": await suite_json(hub, repo, suite, webhook=True)}
+    hub.emit(repo, "check_suite", sender, body, "requested")
+
+
+async def start_runs(hub: Hub, repo: Repo, suite: CheckSuite, names: list[str]) -> None:
+    """Add one queued CI run per check to a suite and start them."""
     runs = [
         CheckRun(
-            id=hub.state.next_id(), suite_id=suite.id, app_id=CI_APP_ID, name=name, head_sha=after
+            id=hub.state.next_id(),
+            suite_id=suite.id,
+            app_id=CI_APP_ID,
+            name=name,
+            head_sha=suite.head_sha,
         )
         for name in names
     ]
@@ -232,6 +246,8 @@ async def _run_checks(hub: Hub, repo_id: int, run_ids: set[int]) -> None:
     if not runs:
         return
     finishing = asyncio.Lock()  # one run at a time completes, so the suite completes once
+    suite = repo.suite(runs[0].suite_id)
+    secrets = {} if suite is None or suite.from_fork else repo.secrets
 
     async def finish(run: CheckRun, result: ci.CiResult) -> None:
         async with finishing:
@@ -253,9 +269,7 @@ async def _run_checks(hub: Hub, repo_id: int, run_ids: set[int]) -> None:
                         run.started_at = utc_now()
                         hub.changed()
                         try:
-                            result = await ci.run_check(
-                                work, run.name, hub.ci_timeout, repo.secrets
-                            )
+                            result = await ci.run_check(work, run.name, hub.ci_timeout, secrets)
                         except Exception as exc:
                             log.exception("CI run %s crashed", run.id)
                             result = _crashed(exc)

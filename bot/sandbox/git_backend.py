@@ -181,6 +181,14 @@ class GitRepo:
         await self.update_ref(branch, sha, ZERO_SHA)
         return sha
 
+    async def fetch_from(self, other: GitRepo, *refspecs: str) -> None:
+        """Fetch refs of another repository of the network (a fork's, or its parent's)."""
+        await self.git("fetch", "--quiet", "--no-tags", str(other.path), *refspecs)
+
+    async def set_pull_head(self, number: int, sha: str) -> None:
+        """Point `refs/pull/<number>/head` at a pull request's head, as GitHub keeps it."""
+        await self.git("update-ref", f"refs/pull/{number}/head", sha)
+
     async def set_head(self, branch: str) -> None:
         """Point HEAD (the default branch) at `branch`."""
         await self.git("symbolic-ref", "HEAD", f"refs/heads/{branch}")

@@ -107,7 +107,9 @@ class Hub:
         self.webhooks = WebhookSender(
             data_dir, self.state.secrets.webhook_secret, webhook_url, self.rng
         )
-        self.render = Render(self.public_url, self.user, self.app_facts, self.installations_of)
+        self.render = Render(
+            self.public_url, self.user, self.app_facts, self.installations_of, self.repo_by_id
+        )
         self.ci_timeout = ci_timeout
         self.ci_slots = asyncio.Semaphore(CI_CONCURRENCY)
         self.tasks: set[asyncio.Task[None]] = set()
@@ -156,6 +158,10 @@ class Hub:
         """Find a repository by owner and name (case-insensitively, as GitHub does)."""
         wanted = f"{owner}/{name}".casefold()
         return next((r for r in self.state.repos if r.full_name.casefold() == wanted), None)
+
+    def repo_by_id(self, repo_id: int) -> Repo | None:
+        """Find a repository by its id."""
+        return next((r for r in self.state.repos if r.id == repo_id), None)
 
     def renamed_repo(self, owner: str, name: str) -> Repo | None:
         """Find the repository a former name now belongs to, if it was renamed."""

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from bot.sandbox import checks, events, pulls
+from bot.sandbox import checks, events, forks, pulls
 from bot.sandbox.git_backend import ZERO_SHA
 from bot.sandbox.hub import Hub
 from bot.sandbox.references import closing_references
@@ -45,9 +45,14 @@ async def apply(hub: Hub, repo: Repo, updates: list[RefUpdate], sender: str) -> 
         if update.after == ZERO_SHA:
             await _branch_deleted(hub, repo, update.branch, sender)
             continue
+        await forks.head_moved(hub, repo, update.branch, update.before, update.after, sender)
         for issue in pulls.open_pulls(repo):
             assert issue.pull is not None
-            if issue.pull.head_ref == update.branch and issue.pull.head_sha != update.after:
+            if (
+                issue.pull.head_repo_id is None
+                and issue.pull.head_ref == update.branch
+                and issue.pull.head_sha != update.after
+            ):
                 issue.pull.head_sha = update.after
                 events.touch(repo, issue)
                 await events.announce(
@@ -103,16 +108,22 @@ async def _announce_push(hub: Hub, repo: Repo, update: RefUpdate, sender: str) -
 
 async def _branch_deleted(hub: Hub, repo: Repo, branch: str, sender: str) -> None:
     """Close pull requests from a deleted branch; retarget or close those into it, like GitHub."""
+    for base, pull in forks.pulls_from(hub, repo, branch):
+        async with hub.lock(base):
+            await events.set_state(hub, base, pull, "closed", None, sender)
     for issue in pulls.open_pulls(repo):
         assert issue.pull is not None
-        if issue.pull.head_ref == branch:
+        if issue.pull.head_ref == branch and issue.pull.head_repo_id is None:
             await events.set_state(hub, repo, issue, "closed", None, sender)
         elif issue.pull.base_ref == branch:
             merged_from = next(
                 (
                     i.pull.base_ref
                     for i in repo.issues.values()
-                    if i.pull is not None and i.pull.merged_at and i.pull.head_ref == branch
+                    if i.pull is not None
+                    and i.pull.merged_at
+                    and i.pull.head_ref == branch
+                    and i.pull.head_repo_id is None
                 ),
                 None,
             )
@@ -165,7 +176,9 @@ async def merge(
             default = "\n\n".join(f"* {c.message}" for c in commits)
             parents = [base]
         else:
-            title = title or f"Merge pull request #{issue.number} from {repo.owner}/{pull.head_ref}"
+            head_owner = hub.render.head_repo(repo, pull)
+            source = head_owner.owner if head_owner else "unknown"
+            title = title or f"Merge pull request #{issue.number} from {source}/{pull.head_ref}"
             default = issue.title
             parents = [base, pull.head_sha]
         text = "\n\n".join(
@@ -185,7 +198,7 @@ async def merge(
             texts = [issue.body or "", *(c.message for c in commits)]
             await _close_referenced(hub, repo, texts, merger)
         await apply(hub, repo, [RefUpdate(pull.base_ref, base, sha)], merger)
-    if repo.delete_branch_on_merge:
+    if repo.delete_branch_on_merge and pull.head_repo_id is None:
         await delete_branch(hub, repo, pull.head_ref, merger)
     return sha
 
@@ -214,6 +227,11 @@ async def _merge_of(
     assert pull is not None
     if issue.state != "open":
         raise ApiError(422, "Pull request is closed.")
+    if pull.head_repo_id is not None:
+        # The sandbox's forks are closed to maintainers' edits, as an organization's fork
+        # always is on GitHub ("Allowing changes to a pull request branch created from a
+        # fork": only a user-owned fork can allow them).
+        raise ApiError(422, "Maintainers are not allowed to edit this pull request's head.")
     git = hub.git(repo)
     head = pull.head_sha
     if expected_sha is not None and expected_sha != head:

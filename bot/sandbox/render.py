@@ -20,6 +20,7 @@ from bot.sandbox.state import (
     Issue,
     IssueEvent,
     Label,
+    Pull,
     Reaction,
     Repo,
     Review,
@@ -80,12 +81,14 @@ class Render:
         user_of: Callable[[str], User],
         app_of: Callable[[int], AppFacts],
         installations_of: Callable[[int], list[Installation]],
+        repo_by_id: Callable[[int], Repo | None],
     ) -> None:
         self.base = base.rstrip("/")
         self.host = urlsplit(self.base).netloc
         self.user_of = user_of
         self.app_of = app_of
         self.installations_of = installations_of
+        self.repo_by_id = repo_by_id
 
     def repo_api(self, repo: Repo) -> str:
         """Return the repository's API URL."""
@@ -192,7 +195,7 @@ class Render:
             "owner": self.user(repo.owner),
             "html_url": html,
             "description": repo.description,
-            "fork": False,
+            "fork": repo.parent_id is not None,
             "url": api,
             "archive_url": f"{api}/{{archive_format}}{{/ref}}",
             "assignees_url": f"{api}/assignees{{/user}}",
@@ -272,12 +275,29 @@ class Render:
         }
         if not webhook:
             data.update({"subscribers_count": 0, "network_count": 0})
+            data.update(self._lineage(repo))
         if push:
             # Push payloads carry epoch seconds here, and two legacy keys, exactly as GitHub's do.
             data["created_at"] = calendar.timegm(parse_iso(repo.created_at).timetuple())
             data["pushed_at"] = calendar.timegm(parse_iso(repo.pushed_at).timetuple())
             data.update({"stargazers": 0, "master_branch": repo.default_branch})
         return data
+
+    def _lineage(self, repo: Repo) -> Json:
+        """Return a fork's `parent` and `source` (the root of its network), as GitHub's full
+        repository has them; nothing for a repository that is not a fork."""
+        parent = self.repo_by_id(repo.parent_id) if repo.parent_id is not None else None
+        if parent is None:
+            return {}
+        source = parent
+        while source.parent_id is not None and (up := self.repo_by_id(source.parent_id)):
+            source = up
+        return {"parent": self.repo(parent), "source": self.repo(source)}
+
+    def head_repo(self, repo: Repo, pull: Pull) -> Repo | None:
+        """Return the repository a pull request's head branch is in: its own, or a fork's
+        (None when that fork has been deleted, as GitHub's `head.repo` is then null)."""
+        return repo if pull.head_repo_id is None else self.repo_by_id(pull.head_repo_id)
 
     def repo_ref(self, repo: Repo) -> Json:
         """Render the short repository reference used inside check pull_requests."""
@@ -461,7 +481,7 @@ class Render:
             "review_comment_url": links["review_comment"],
             "comments_url": links["comments"],
             "statuses_url": statuses,
-            "head": self._pull_end(repo, pull.head_ref, pull.head_sha),
+            "head": self._pull_end(self.head_repo(repo, pull), pull.head_ref, pull.head_sha),
             "base": self._pull_end(repo, pull.base_ref, base_sha),
             "_links": {rel: {"href": href} for rel, href in links.items()},
             "author_association": self.association(repo, issue.user),
@@ -492,7 +512,9 @@ class Render:
         )
         return data
 
-    def _pull_end(self, repo: Repo, ref: str, sha: str) -> Json:
+    def _pull_end(self, repo: Repo | None, ref: str, sha: str) -> Json:
+        if repo is None:
+            return {"label": f"unknown:{ref}", "ref": ref, "sha": sha, "user": None, "repo": None}
         return {
             "label": f"{repo.owner}:{ref}",
             "ref": ref,

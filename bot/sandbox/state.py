@@ -7,6 +7,7 @@ import datetime
 import os
 import pathlib
 import secrets
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -107,6 +108,28 @@ class Label(BaseModel):
     default: bool = False
 
 
+# GitHub's default labels for a new repository.
+DEFAULT_LABELS = [
+    ("bug", "d73a4a", "Something isn't working"),
+    ("documentation", "0075ca", "Improvements or additions to documentation"),
+    ("duplicate", "cfd3d7", "This issue or pull request already exists"),
+    ("enhancement", "a2eeef", "New feature or request"),
+    ("good first issue", "7057ff", "Good for newcomers"),
+    ("help wanted", "008672", "Extra attention is needed"),
+    ("invalid", "e4e669", "This doesn't seem right"),
+    ("question", "d876e3", "Further information is requested"),
+    ("wontfix", "ffffff", "This will not be worked on"),
+]
+
+
+def default_labels(next_id: Callable[[], int]) -> list[Label]:
+    """Return GitHub's default labels, as a new repository (or fork) gets them."""
+    return [
+        Label(id=next_id(), name=n, color=c, description=d, default=True)
+        for n, c, d in DEFAULT_LABELS
+    ]
+
+
 class Reaction(BaseModel):
     """A reaction on an issue comment."""
 
@@ -177,6 +200,8 @@ class Pull(BaseModel):
     head_ref: str
     head_sha: str
     base_ref: str
+    # The fork the head branch is in; None for a branch of the pull request's own repository.
+    head_repo_id: int | None = None
     base_sha: str
     draft: bool = False
     maintainer_can_modify: bool = False
@@ -236,6 +261,8 @@ class CheckSuite(BaseModel):
     updated_at: str
     # A re-run was asked of the suite's App: queued, no conclusion, until it reports again.
     requeued: bool = False
+    # CI of a fork's pull request: it runs with none of the repository's secrets.
+    from_fork: bool = False
 
 
 class CheckRun(BaseModel):
@@ -290,6 +317,8 @@ class Repo(BaseModel):
     collaborators: dict[str, str] = Field(default_factory=dict)
     # Actions secrets, by name: what the repository's CI runs get in their environment.
     secrets: dict[str, str] = Field(default_factory=dict)
+    # The repository this one is a fork of; None for one that is not a fork.
+    parent_id: int | None = None
 
     @property
     def full_name(self) -> str:

@@ -278,10 +278,15 @@ class Sandbox:
         await self.git("-c", header, "push", "--quiet", "origin", *refspecs, cwd=clone)
 
     async def push_branch(
-        self, branch: str, files: Mapping[str, str | None], auth: str = ADMIN, start: str = "main"
+        self,
+        branch: str,
+        files: Mapping[str, str | None],
+        auth: str = ADMIN,
+        start: str = "main",
+        repo: str = "maintainer/demo",
     ) -> tuple[Path, str]:
         """Clone, commit `files` on a new branch from `start`, push it; return clone and sha."""
-        clone = await self.clone()
+        clone = await self.clone(repo)
         await self.git("checkout", "-q", "-b", branch, f"origin/{start}", cwd=clone)
         sha = await self.commit(clone, files, f"work on {branch}")
         await self.push(clone, branch, auth=auth)

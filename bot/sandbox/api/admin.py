@@ -16,7 +16,7 @@ from aiohttp import web
 from pydantic import BaseModel, Field
 
 from bot.sandbox import checks, lifecycle
-from bot.sandbox.api.apps import REPO_NAME
+from bot.sandbox.api.apps import ACCOUNT_NAME, REPO_NAME
 from bot.sandbox.api.checks import run_of, suite_of
 from bot.sandbox.auth import LINT_APP_ID
 from bot.sandbox.faults import ApiFault
@@ -63,7 +63,7 @@ class SecretBody(BaseModel):
 class InstallBody(BaseModel):
     """Body of POST /_sandbox/installations: the account to install Baton's App on."""
 
-    account: str = Field(pattern=r"^[A-Za-z0-9](?:-?[A-Za-z0-9]){0,38}$")
+    account: str = Field(pattern=ACCOUNT_NAME)
 
 
 class ConfigBody(BaseModel):

@@ -22,23 +22,13 @@ from bot.sandbox.rest import (
     read_body,
     suspended,
 )
-from bot.sandbox.state import Installation, Label, Repo, utc_now
+from bot.sandbox.state import Installation, Repo, default_labels, utc_now
 
 routes = web.RouteTableDef()
 
-# GitHub's default labels for a new repository.
-DEFAULT_LABELS = [
-    ("bug", "d73a4a", "Something isn't working"),
-    ("documentation", "0075ca", "Improvements or additions to documentation"),
-    ("duplicate", "cfd3d7", "This issue or pull request already exists"),
-    ("enhancement", "a2eeef", "New feature or request"),
-    ("good first issue", "7057ff", "Good for newcomers"),
-    ("help wanted", "008672", "Extra attention is needed"),
-    ("invalid", "e4e669", "This doesn't seem right"),
-    ("question", "d876e3", "Further information is requested"),
-    ("wontfix", "ffffff", "This will not be worked on"),
-]
 REPO_NAME = r"^[A-Za-z0-9_.-]+$"
+# GitHub's rule for a login: alphanumerics and single hyphens, at most 39 characters.
+ACCOUNT_NAME = r"^[A-Za-z0-9](?:-?[A-Za-z0-9]){0,38}$"
 
 
 def require_app(request: web.Request) -> tuple[Hub, int]:
@@ -223,10 +213,7 @@ async def create_repo(request: web.Request) -> web.Response:
         created_at=now,
         updated_at=now,
         pushed_at=now,
-        labels=[
-            Label(id=hub.state.next_id(), name=n, color=c, description=d, default=True)
-            for n, c, d in DEFAULT_LABELS
-        ],
+        labels=default_labels(hub.state.next_id),
     )
     hub.user(actor.login)
     git = hub.git(repo)

@@ -7,8 +7,7 @@ from typing import Literal
 from aiohttp import web
 from pydantic import BaseModel, Field
 
-from bot.sandbox import events, pulls, refs
-from bot.sandbox.git_backend import GitRepo
+from bot.sandbox import events, forks, pulls, refs
 from bot.sandbox.hub import Hub, hub_of, login_of, repo_of, require_role
 from bot.sandbox.permissions import read, requires, write
 from bot.sandbox.rest import (
@@ -28,6 +27,8 @@ routes = web.RouteTableDef()
 
 PULL = "/repos/{owner}/{repo}/pulls/{pull_number:\\d+}"
 DRAFTS_REFUSED = "Draft pull requests are not supported in this repository."  # GitHub's words
+# The sandbox's forks are an organization's, whose branches maintainers can never edit.
+FORK_EDITS_REFUSED = "Maintainers cannot edit a pull request from an organization's fork."
 PULL_FILES_CAP = 3000  # GitHub lists at most this many of a pull request's files
 REVIEW_STATES = {
     "APPROVE": "APPROVED",
@@ -133,44 +134,43 @@ async def list_pulls(request: web.Request) -> web.Response:
 @routes.post("/repos/{owner}/{repo}/pulls")
 @requires(write("pull_requests"))
 async def create_pull(request: web.Request) -> web.Response:
-    """Open a pull request from a branch of the same repository."""
+    """Open a pull request from a branch of the same repository, or of a fork of it.
+
+    GitHub ("Create a pull request"): `head` is "The name of the branch where your changes
+    are implemented. For cross-repository pull requests in the same network, namespace head
+    with a user like this: username:branch." Opening one from a fork takes no role on the
+    base repository beyond reading it.
+    """
     hub = hub_of(request)
     repo = repo_of(request, write=True)
-    require_role(request, repo, "write", "open pull requests from its branches")
     body = await read_body(request, CreatePullBody, "PullRequest")
     sender = login_of(request)
-    head = refs.own_ref(repo, body.head)
+    fork = _head_fork(hub, repo, body.head)
+    head = body.head.partition(":")[2] if fork else refs.own_ref(repo, body.head)
     if head is None:
         raise invalid("PullRequest", "head")
+    if fork is None:
+        require_role(request, repo, "write", "open pull requests from its branches")
+    elif body.maintainer_can_modify:
+        raise custom_invalid("PullRequest", FORK_EDITS_REFUSED)
     async with hub.lock(repo):
         git = hub.git(repo)
         base_sha = await git.branch_tip(body.base)
-        head_sha = await git.branch_tip(head)
+        if fork is None:
+            head_sha = await git.branch_tip(head)
+        else:
+            head_sha = await forks.take_head(hub, repo, fork, head)
         if base_sha is None:
             raise invalid("PullRequest", "base")
         if head_sha is None:
             raise invalid("PullRequest", "head")
-        if any(
-            i.pull and i.pull.head_ref == head and i.pull.base_ref == body.base
-            for i in pulls.open_pulls(repo)
-        ):
-            raise custom_invalid(
-                "PullRequest", f"A pull request already exists for {repo.owner}:{head}."
-            )
-        if await git.merge_base(head_sha, base_sha) is None:
-            message = f"The {head} branch has no history in common with {body.base}"
-            raise custom_invalid("PullRequest", message)
-        if await git.count(head_sha, base_sha) == 0:
-            raise custom_invalid("PullRequest", f"No commits between {body.base} and {head}")
-        if not body.title:
-            raise invalid("PullRequest", "title", "missing_field")
-        if body.draft and not pulls.drafts_allowed(hub, repo):
-            raise custom_invalid("PullRequest", DRAFTS_REFUSED)
+        fork_id = fork.id if fork else None
+        await _refuse_pull(hub, repo, body, (fork or repo, head), (base_sha, head_sha))
         now = utc_now()
         issue = Issue(
             id=hub.state.next_id(),
             number=repo.next_number(),
-            title=body.title,
+            title=body.title or "",
             body=body.body,
             user=sender,
             created_at=now,
@@ -178,6 +178,7 @@ async def create_pull(request: web.Request) -> web.Response:
             pull=Pull(
                 head_ref=head,
                 head_sha=head_sha,
+                head_repo_id=fork_id,
                 base_ref=body.base,
                 base_sha=base_sha,
                 draft=body.draft,
@@ -185,9 +186,58 @@ async def create_pull(request: web.Request) -> web.Response:
             ),
         )
         repo.issues[issue.number] = issue
+        await git.set_pull_head(issue.number, head_sha)
         events.touch(repo, issue)
         await events.announce(hub, repo, issue, "opened", sender)
+        if fork is not None:
+            await forks.run_pull_ci(hub, repo, issue, None, sender)
     return await full_pull(hub, repo, issue, status=201)
+
+
+def _head_fork(hub: Hub, repo: Repo, spec: str) -> Repo | None:
+    """Return the fork an `owner:branch` head names, when owner is not the repository's."""
+    owner, sep, _ = spec.partition(":")
+    if not sep or owner.casefold() == repo.owner.casefold():
+        return None
+    fork = forks.fork_of(hub, repo, owner)
+    if fork is None:
+        raise invalid("PullRequest", "head")
+    return fork
+
+
+async def _refuse_pull(
+    hub: Hub,
+    repo: Repo,
+    body: CreatePullBody,
+    head: tuple[Repo, str],
+    shas: tuple[str, str],
+) -> None:
+    """Refuse a pull request GitHub would not open: one already open for the same head and
+    base, a head with no history in common or no commits beyond the base, no title, or a
+    draft a free plan's private repository cannot have."""
+    head_repo, branch = head
+    base_sha, head_sha = shas
+    git = hub.git(repo)
+    head_repo_id = None if head_repo is repo else head_repo.id
+    if any(
+        i.pull
+        and i.pull.head_repo_id == head_repo_id
+        and i.pull.head_ref == branch
+        and i.pull.base_ref == body.base
+        for i in pulls.open_pulls(repo)
+    ):
+        raise custom_invalid(
+            "PullRequest", f"A pull request already exists for {head_repo.owner}:{branch}."
+        )
+    if await git.merge_base(head_sha, base_sha) is None:
+        message = f"The {branch} branch has no history in common with {body.base}"
+        raise custom_invalid("PullRequest", message)
+    if await git.count(head_sha, base_sha) == 0:
+        raise custom_invalid("PullRequest", f"No commits between {body.base} and {branch}")
+    if not body.title:
+        raise invalid("PullRequest", "title", "missing_field")
+    if body.draft and not pulls.drafts_allowed(hub, repo):
+        raise custom_invalid("PullRequest", DRAFTS_REFUSED)
 
 
 @routes.get(PULL)
@@ -218,8 +268,10 @@ async def update_pull(request: web.Request) -> web.Response:
     if body.base is not None and await git.branch_tip(body.base) is None:
         raise invalid("PullRequest", "base")
     if body.state == "open" and issue.state == "closed":
-        pull.head_sha = await _reopened_head(git, pull)
+        pull.head_sha = await _reopened_head(hub, repo, issue)
     if body.maintainer_can_modify is not None:
+        if body.maintainer_can_modify and pull.head_repo_id is not None:
+            raise custom_invalid("PullRequest", FORK_EDITS_REFUSED)
         pull.maintainer_can_modify = body.maintainer_can_modify
     new_body = (body.body or "") if "body" in body.model_fields_set else None
     await events.edit(hub, repo, issue, sender, body.title, new_body)
@@ -238,13 +290,23 @@ def _require_roles_for_others(request: web.Request, repo: Repo, body: UpdatePull
         require_role(request, repo, "write", "edit other people's pull requests")
 
 
-async def _reopened_head(git: GitRepo, pull: Pull) -> str:
+async def _reopened_head(hub: Hub, repo: Repo, issue: Issue) -> str:
     """Return the head a closed pull request reopens at; refuse a merged one or a deleted head."""
+    pull = issue.pull
+    assert pull is not None
     if pull.merged_at:
         raise custom_invalid(
             "PullRequest", "state cannot be changed. The pull request has been merged."
         )
-    tip = await git.branch_tip(pull.head_ref)
+    fork = hub.repo_by_id(pull.head_repo_id) if pull.head_repo_id is not None else None
+    if fork is not None:
+        tip = await forks.take_head(hub, repo, fork, pull.head_ref)
+        if tip is not None:
+            await hub.git(repo).set_pull_head(issue.number, tip)
+    elif pull.head_repo_id is not None:
+        tip = None  # the fork is gone
+    else:
+        tip = await hub.git(repo).branch_tip(pull.head_ref)
     if tip is None:
         raise custom_invalid("PullRequest", "state cannot be changed. The head branch was deleted.")
     return tip

@@ -7,15 +7,19 @@ import re
 from aiohttp import web
 from pydantic import BaseModel, Field
 
-from bot.sandbox import refs
+from bot.sandbox import forks, refs
+from bot.sandbox.api.apps import ACCOUNT_NAME, REPO_NAME
 from bot.sandbox.events import ensure_label
-from bot.sandbox.hub import ROLES, hub_of, login_of, repo_of, require_role
+from bot.sandbox.hub import ROLES, actor_of, hub_of, login_of, repo_of, require_role
 from bot.sandbox.permissions import read, requires, write
 from bot.sandbox.rest import (
     ApiError,
+    custom_invalid,
     diff_response,
+    forbidden_integration,
     invalid,
     json_response,
+    name_taken,
     not_found,
     or_not_found,
     paginate,
@@ -219,3 +223,44 @@ async def create_label(request: web.Request) -> web.Response:
     label.color = body.color.removeprefix("#").lower()
     label.description = body.description
     return json_response(hub.render.label(repo, label), status=201)
+
+
+class ForkBody(BaseModel):
+    """Body of POST /repos/{owner}/{repo}/forks."""
+
+    organization: str | None = Field(default=None, pattern=ACCOUNT_NAME)
+    name: str | None = Field(default=None, pattern=REPO_NAME)
+    default_branch_only: bool = False
+
+
+@routes.post("/repos/{owner}/{repo}/forks")
+@requires(write("administration"))
+async def create_fork(request: web.Request) -> web.Response:
+    """Fork a repository to the caller's account or to an organization, answering 202.
+
+    GitHub ("Create a fork"): forking "happens asynchronously" and answers 202 Accepted
+    with the new repository; asked again, it answers with the fork the account already
+    has. An App's installation has no account of its own to fork to: it names the
+    organization it is installed on. A name the account already uses gets a numbered one.
+    """
+    hub = hub_of(request)
+    parent = repo_of(request)
+    actor = actor_of(request)
+    assert actor is not None
+    body = await read_body(request, ForkBody, "Repository")
+    owner = body.organization or (actor.login if actor.kind == "admin" else None)
+    if owner is None:
+        raise invalid("Repository", "organization", "missing_field")
+    if actor.kind == "installation":
+        home = hub.installation(owner)
+        if home is None or home.id != actor.installation_id:
+            raise forbidden_integration()
+    if owner.casefold() == parent.owner.casefold():
+        raise custom_invalid("Repository", "A repository cannot be forked to its own account.")
+    found = forks.fork_of(hub, parent, owner)
+    if found is None:
+        name = forks.free_name(hub, owner, body.name or parent.name)
+        if name is None:
+            raise name_taken()
+        found = await forks.create(hub, parent, owner, name, body.default_branch_only)
+    return json_response(hub.render.repo(found), status=202)
