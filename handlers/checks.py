@@ -18,7 +18,10 @@ router = Router()
 
 
 def _settle(event: Event, ctx: HandlerContext, head_sha: str, branches: list[str]) -> None:
-    if not any(branch.startswith(BRANCH_PREFIX) for branch in branches):
+    # GitHub names no branch of the repository for a head in a fork: in fork mode, that
+    # may be Baton's, and the job finds out by its sha.
+    in_fork = ctx.settings.fork_owner is not None and not any(branches)
+    if not in_fork and not any(branch.startswith(BRANCH_PREFIX) for branch in branches):
         return  # not Baton's branch: nothing to settle
     installation_id = ctx.installation_id(event)
     if installation_id is not None:

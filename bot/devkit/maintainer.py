@@ -141,6 +141,13 @@ class Maintainer:
         made = await self.gh.post("/_sandbox/installations", data={"account": account})
         return int(made["id"])
 
+    async def fork(self, repo: str, organization: str) -> dict[str, Any]:
+        """Fork a repository to an account, as `gh repo fork --org` does; return the fork."""
+        made: dict[str, Any] = await self.gh.post(
+            "/repos/{+repo}/forks", {"repo": repo}, data={"organization": organization}
+        )
+        return made
+
     async def uninstall(self, installation_id: int) -> None:
         """Remove the App from an account (GitHub sends installation.deleted)."""
         await self.gh.delete("/_sandbox/installations/{id}", {"id": installation_id})

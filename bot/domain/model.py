@@ -446,6 +446,14 @@ class Run(BaseModel):
     base_branch: str | None = None
     base_sha: str | None = None
     head_sha: str | None = None
+    head_owner: str | None = Field(
+        default=None, description="the fork's owner, when the branch is pushed to a fork"
+    )
+    pull_base: str | None = Field(
+        default=None,
+        description="the branch its pull request targets, when not base_branch: a fork's "
+        "chain link's, whose predecessor's branch is in the fork",
+    )
     pr_number: int | None = None
     pr_url: str | None = None
     changed_files: list[str] = Field(default_factory=list)

@@ -137,8 +137,13 @@ class CommentEdited(_Fields):
     comment: EditedComment
 
 
+class HeadRepo(_Fields):
+    full_name: RepoName
+
+
 class Head(_Fields):
     ref: str
+    repo: HeadRepo | None  # null once a fork the head was in is deleted
 
 
 class Pull(_Fields):

@@ -77,12 +77,24 @@ class IssueEvent(Resource):
     actor: User | None = None
 
 
+class RepositoryName(Resource):
+    """A repository as another one names it: a fork's parent, say."""
+
+    full_name: str
+
+
 class Repository(Resource):
     """A repository: its name, the branch its work lands on, where git fetches it from."""
 
     full_name: str
     default_branch: str
     clone_url: str
+
+
+class Forked(Repository):
+    """A repository that may be a fork: parent names the repository it was made from."""
+
+    parent: RepositoryName | None = None
 
 
 class CollaboratorPermission(Resource):

@@ -43,6 +43,7 @@ from bot.domain.resources import (
     ContentEntry,
     ContentFile,
     DiffFile,
+    Forked,
     Installation,
     InstallationToken,
     Issue,
@@ -257,6 +258,17 @@ async def read_repository(gh: GitHubClient, store: Store, repo: str) -> Reposito
     return read
 
 
+async def read_forked(gh: GitHubClient, repo: str) -> Forked:
+    """Return a repository with the one it is a fork of, read now (nothing kept of it)."""
+    return Forked.model_validate(await gh.getitem("/repos/{+repo}", {"repo": repo}))
+
+
+async def read_repo_installation(gh: GitHubClient, repo: str) -> Installation:
+    """Return the App's installation on a repository's account (an App client); 404: none."""
+    found = await gh.getitem("/repos/{+repo}/installation", {"repo": repo})
+    return Installation.model_validate(found)
+
+
 async def read_collaborator_permission(
     gh: GitHubClient, repo: str, login: str
 ) -> CollaboratorPermission:
@@ -412,6 +424,7 @@ async def open_or_update_pr(
     issue: IssueRef,
     *,
     branch: str,
+    head_owner: str,
     base: str,
     title: str,
     body: str,
@@ -424,8 +437,10 @@ async def open_or_update_pr(
     open. Otherwise the PR is opened, as a draft where draft says so; GitHub refuses a
     second open PR for a branch (422), and then the open one is found and updated. An
     update leaves a pull request's draft state as it is. A draft the repository cannot
-    have raises DraftsRefused.
+    have raises DraftsRefused. head_owner is the account the branch is in: the
+    repository's owner, or a fork's.
     """
+    head = f"{head_owner}:{branch}"
     if number is not None:
         updated = await update_pull(gh, issue.repo, number, title=title, body=body, base=base)
         if updated.state == "open":
@@ -435,7 +450,7 @@ async def open_or_update_pr(
         created = await gh.post(
             "/repos/{+repo}/pulls",
             {"repo": issue.repo},
-            data={**fields, "head": branch, "draft": draft},
+            data={**fields, "head": head, "draft": draft},
         )
     except BadRequest as exc:
         if exc.status_code != 422:
@@ -446,7 +461,7 @@ async def open_or_update_pr(
             PullRequest.model_validate(pr)
             async for pr in gh.getiter(
                 "/repos/{+repo}/pulls{?state,head}",
-                {"repo": issue.repo, "state": "open", "head": f"{issue.owner}:{branch}"},
+                {"repo": issue.repo, "state": "open", "head": head},
             )
         ]
         if not existing:

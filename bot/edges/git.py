@@ -431,8 +431,16 @@ class Workspace:
         """Return the mirror's ref that holds the agent's last collected commit for an issue."""
         return f"refs/baton/work/issue-{number}"
 
-    async def refresh_mirror(self, repo: str, clone_url: str, token: str) -> Path:
-        """Create the mirror if needed and fetch every branch into refs/remotes/origin."""
+    async def refresh_mirror(
+        self, repo: str, clone_url: str, token: str, fork: tuple[str, str] | None = None
+    ) -> Path:
+        """Create the mirror if needed and fetch every branch into refs/remotes/origin.
+
+        fork is where Baton's own branches live instead, in fork mode (its clone URL and
+        a token for it): they are fetched from there, and the repository's branches of
+        the same names are left out, so refs/remotes/origin/baton/… is always the branch
+        a pull request's head is.
+        """
         mirror = self.mirror_path(repo)
         async with _file_lock(mirror.with_suffix(".lock")):
             if not (mirror / "HEAD").exists():
@@ -441,18 +449,20 @@ class Workspace:
             # Baton's own config, whatever an older layout let a worktree write there.
             (mirror / "config").write_text(MIRROR_CONFIG)
             # Fetch into remote-tracking refs: a branch checked out in a worktree
-            # can never be a fetch target.
-            await self.git.run(
-                mirror,
-                "fetch",
-                "--quiet",
-                "--prune",
-                "--no-tags",
-                clone_url,
-                "+refs/heads/*:refs/remotes/origin/*",
-                token=token,
-            )
+            # can never be a fetch target. A negative refspec also keeps --prune off them.
+            branches = ["+refs/heads/*:refs/remotes/origin/*"]
+            if fork is not None:
+                branches.append(f"^refs/heads/{BRANCH_PREFIX}*")
+            await self._fetch(mirror, clone_url, token, branches)
+            if fork is not None:
+                own = f"+refs/heads/{BRANCH_PREFIX}*:refs/remotes/origin/{BRANCH_PREFIX}*"
+                await self._fetch(mirror, fork[0], fork[1], [own])
         return mirror
+
+    async def _fetch(self, mirror: Path, url: str, token: str, refspecs: list[str]) -> None:
+        await self.git.run(
+            mirror, "fetch", "--quiet", "--prune", "--no-tags", url, *refspecs, token=token
+        )
 
     async def provision(
         self, repo: str, number: int, branch: str, start: str, base: tuple[str, str] | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
@@ -22,6 +23,9 @@ from bot.domain.commands import Role
 from bot.domain.ingress import DEFAULT_TRUSTED, MIN_OPERATOR_TOKEN_CHARS
 from bot.domain.model import AgentName, Labels, Limits, Policy
 from bot.ops.logs import LogFormat, mask_secrets
+
+# GitHub's rule for an account's login: alphanumerics and single hyphens, at most 39.
+ACCOUNT_LOGIN = re.compile(r"[A-Za-z0-9](?:-?[A-Za-z0-9]){0,38}")
 
 
 class SettingsError(Exception):
@@ -399,6 +403,16 @@ class Settings(BaseSettings):
         "(`<id>+<slug>[bot]@users.noreply.github.com`), which GitHub links to the App.",
     )
 
+    push_to: str = Field(
+        default="same",
+        validation_alias="BATON_PUSH_TO",
+        description="Where Baton pushes its work branches: `same`, the repository itself, or "
+        "`fork:OWNER`, a fork of each repository under the account OWNER, where the App is "
+        "installed too. From a fork, the agent's code meets the repository's CI as an "
+        "outside contributor's does: with no secrets and a read-only token, behind GitHub's "
+        "approval for outside contributors (docs/security.md, Fork mode).",
+    )
+
     @field_validator(
         "agents",
         "agent_passthrough_env",
@@ -439,6 +453,14 @@ class Settings(BaseSettings):
         for entry in entries:
             parse_host_port(entry)  # a ValueError names the entry
         return entries
+
+    @field_validator("push_to", mode="after")
+    @classmethod
+    def _push_to(cls, value: str) -> str:
+        owner = value.removeprefix("fork:")
+        if value == "same" or (owner != value and ACCOUNT_LOGIN.fullmatch(owner)):
+            return value
+        raise ValueError(f"{value!r}: use `same` or `fork:OWNER`, OWNER an account's login")
 
     @field_validator("transcript_store", mode="after")
     @classmethod
@@ -616,6 +638,11 @@ class Settings(BaseSettings):
                 "agent_account": deployment.agent_account if own else None,
             }
         )
+
+    @property
+    def fork_owner(self) -> str | None:
+        """Return the account whose forks hold Baton's work branches; None: the repository's."""
+        return self.push_to.removeprefix("fork:") if self.push_to != "same" else None
 
     @property
     def transcript_dir(self) -> Path | None:

@@ -73,6 +73,7 @@ from bot.workflows.chain import stack_base
 from bot.workflows.conclude import policy_of, report
 from bot.workflows.execute import conclude, execute, record
 from bot.workflows.labels import set_state_label
+from bot.workflows.remotes import ForkMissing, Remotes, remotes_of
 from bot.workflows.services import Services
 from bot.workflows.standing import queuer_standing, standing_of
 from bot.workflows.steer import with_chosen_agent
@@ -214,6 +215,7 @@ class _Attempt:
         self.text = IssueText()  # what the brief uses: recorded by execute before any work
         self.stopped = False
         self.pushed_tip: str | None = None  # the branch's tip on GitHub, as Baton last pushed
+        self.remotes: Remotes | None = None  # where the work is fetched and pushed, once learnt
         self.salvage: Salvage | None = None  # the uncommitted work this attempt last saved
         self.salvage_tip: str | None = None  # the salvage branch on GitHub, as last known
         self.heartbeat: asyncio.Task[None] | None = None
@@ -241,9 +243,7 @@ class _Attempt:
         self.text = start.text
         run = await self._claimed_run(gh, start)
         with log_context(run_id=run.run_id, attempt=run.attempt):
-            return await self._begin(
-                gh, run, data.label_names, start.previous, start.base, repo.clone_url
-            )
+            return await self._begin(gh, run, data.label_names, start.previous, start.base, repo)
 
     async def _configure(self, gh: GitHubClient, base: str) -> RefusedConfig | None:
         """Apply the repository's file to the settings; return it, where it starts nothing.
@@ -287,11 +287,11 @@ class _Attempt:
             verdict = admit(self.settings, facts, utcnow())
             if not isinstance(verdict, Learn):
                 return verdict
-            learnt = await self._learn(gh, verdict.fact, data, repo.clone_url)
+            learnt = await self._learn(gh, verdict.fact, data, repo)
             facts = facts.model_copy(update={verdict.fact: learnt})
 
     async def _learn(
-        self, gh: GitHubClient, fact: Fact, data: Issue, clone_url: str
+        self, gh: GitHubClient, fact: Fact, data: Issue, repo: Repository
     ) -> Standing | IssueText | Spending | Stack | Window | Slot:
         """Learn one fact of the start: it may cost GitHub calls, git, a write or a run slot."""
         if fact == "standing":
@@ -306,7 +306,7 @@ class _Attempt:
             budgets = Budgets.of(self.services.settings, self.settings)
             return self.store.spending(self.issue.repo, budgets, utcnow())
         if fact == "stack":
-            return await self._stack(gh, clone_url)
+            return await self._stack(gh, repo)
         if fact == "window":
             account = self.settings.policy.account
             return Window(reopens_at=self.store.window_reopens_at(account, utcnow()))
@@ -341,7 +341,7 @@ class _Attempt:
         labels: set[str],
         previous: Run | None,
         base: str,
-        clone_url: str,
+        repo: Repository,
     ) -> Run | None:
         """Record the claimed attempt, show it on the issue, and do its work."""
         self.store.save_run(run, self.claim)
@@ -362,11 +362,16 @@ class _Attempt:
             # In-progress goes on before any work starts: a crash never makes it look unclaimed.
             await self._label(gh, self.settings.labels.in_progress, labels)
             await report(self.services, gh, run)
-            return await self._work(gh, run, previous, base, clone_url)
+            remotes = await self._remotes_for(repo)
+            if remotes.fork is not None:
+                # A pull request from a fork can only target the repository's own branch.
+                pull_base = repo.default_branch if base != repo.default_branch else None
+                run = self._move(run, run.state, head_owner=remotes.fork.owner, pull_base=pull_base)
+            return await self._work(gh, run, previous, base)
         except LockLost:
             log.warning("%s: lost the issue's lock; stopping without touching GitHub", self.issue)
             return None
-        except (GitError, HTTPException, AgentConfigError, OSError) as exc:
+        except (GitError, HTTPException, AgentConfigError, ForkMissing, OSError) as exc:
             end = ended("infra-failed", RunState.FAILED, _one_line(exc), run.agent_result)
             return await self._end(gh, run, end)
         finally:
@@ -417,7 +422,20 @@ class _Attempt:
         assert recorded is not None and recorded.queued is not None
         return recorded
 
-    async def _stack(self, gh: GitHubClient, clone_url: str) -> Stack:
+    async def _remotes_for(self, repo: Repository) -> Remotes:
+        """Return where this issue's work is fetched from and pushed to, learnt once."""
+        if self.remotes is None:
+            self.remotes = await remotes_of(
+                self.app, self.settings, repo, self.issue.installation_id
+            )
+        return self.remotes
+
+    def _pushes(self) -> Remotes:
+        """Return the remotes learnt when the attempt began."""
+        assert self.remotes is not None, "learnt in _begin, before any work"
+        return self.remotes
+
+    async def _stack(self, gh: GitHubClient, repo: Repository) -> Stack:
         """Return what a chain link builds on: its predecessor's branch, while that is unmerged.
 
         Never the base branch in place of a predecessor's: a tip that is gone, or
@@ -430,8 +448,11 @@ class _Attempt:
         if predecessor is None:
             return Stack()
         workspace = self.services.workspace
-        token = await self.app.installation_token(self.issue.installation_id)
-        await workspace.refresh_mirror(self.issue.repo, clone_url, token)
+        try:
+            remotes = await self._remotes_for(repo)
+        except ForkMissing as exc:
+            return Stack(refusal=str(exc))
+        await remotes.refresh(self.app, workspace)
         pred = f"#{predecessor.issue.number}"
         if await workspace.remote_branch(self.issue.repo, predecessor.branch) is None:
             return Stack(
@@ -460,13 +481,11 @@ class _Attempt:
         run: Run,
         previous: Run | None,
         base: str,
-        clone_url: str,
     ) -> Run | None:
         run = self._move(run, RunState.PROVISIONING)
         workspace = self.services.workspace
         await remove_finished_worktrees(self.services, self.issue)
-        token = await self.app.installation_token(self.issue.installation_id)
-        mirror = await workspace.refresh_mirror(self.issue.repo, clone_url, token)
+        mirror = await self._pushes().refresh(self.app, workspace)
         base_sha = await workspace.rev_parse(mirror, f"refs/remotes/origin/{base}")
         remote_tip = await workspace.remote_branch(self.issue.repo, run.branch)
         start = remote_tip if remote_tip and run.continuation_of is not None else base_sha
@@ -494,7 +513,7 @@ class _Attempt:
             )
         self.pushed_tip = remote_tip
         run_dir = self._run_dir(run)
-        checkpoints = asyncio.create_task(self._checkpoint(run, clone_url, start))
+        checkpoints = asyncio.create_task(self._checkpoint(run, start))
         try:
             result = await self._run_agent(run, worktree, run_dir, continuation)
         finally:
@@ -511,15 +530,14 @@ class _Attempt:
         # megabyte of transcript never stops the heartbeat.
         await asyncio.to_thread(keep_transcript, self.services, run)
         if stopping():
-            return await self._interrupted(gh, run, clone_url, start)
-        return await self._after_agent(gh, run, result, clone_url, (start, base_sha))
+            return await self._interrupted(gh, run, start)
+        return await self._after_agent(gh, run, result, (start, base_sha))
 
     async def _after_agent(
         self,
         gh: GitHubClient,
         run: Run,
         result: AgentResult,
-        clone_url: str,
         built_on: tuple[str, str],
     ) -> Run | None:
         """Push what the agent committed; end the attempt as it ended, or open its PR.
@@ -544,7 +562,7 @@ class _Attempt:
             # on another machine, and an operator's stop keeps the work.
             # Recorded before the push, so a check result that races the PR finds its run.
             run = self._move(run, run.state, head_sha=head_sha)
-            push_failure = await self._push(run, clone_url, head_sha)
+            push_failure = await self._push(run, head_sha)
         end = after_agent(result, new_commits, changed, push_failure, leaks)
         if end is not None:
             return await self._end(gh, run, end)
@@ -559,13 +577,12 @@ class _Attempt:
         values = passed_values(self.settings.agent_passthrough_env, os.environ)
         return await asyncio.to_thread(find_leaks, parse_added_lines(diff), values)
 
-    async def _push(self, run: Run, clone_url: str, head_sha: str) -> str | None:
+    async def _push(self, run: Run, head_sha: str) -> str | None:
         """Push the attempt's commits to its branch; return why that failed, where it did."""
         self._ensure_claim()
-        token = await self.app.installation_token(self.issue.installation_id)
         try:
-            await self.services.workspace.push(
-                self.issue.repo, clone_url, run.branch, head_sha, token, self.pushed_tip
+            await self._pushes().push(
+                self.app, self.services.workspace, run.branch, head_sha, self.pushed_tip
             )
         except GitError as exc:
             return f"pushing {run.branch} failed: {_one_line(exc)}"
@@ -744,7 +761,7 @@ class _Attempt:
         finally:
             watch.cancel()
 
-    async def _checkpoint(self, run: Run, clone_url: str, start: str) -> None:
+    async def _checkpoint(self, run: Run, start: str) -> None:
         """Save the agent's work every few minutes, while it works.
 
         A worker that dies then loses at most the work since the last checkpoint:
@@ -752,9 +769,9 @@ class _Attempt:
         """
         while True:
             await asyncio.sleep(self.settings.checkpoint_seconds)
-            await self._save(run, clone_url, start)
+            await self._save(run, start)
 
-    async def _save(self, run: Run, clone_url: str, start: str) -> None:
+    async def _save(self, run: Run, start: str) -> None:
         """Push what the agent has committed to the branch; keep what it has not as salvage.
 
         The salvage is a commit on the agent's last commit, kept in Redis as a bundle, so
@@ -769,8 +786,7 @@ class _Attempt:
                 if await self._kept_back(head):
                     return
                 self._ensure_claim()
-                token = await self.app.installation_token(self.issue.installation_id)
-                await workspace.push(repo, clone_url, run.branch, head, token, self.pushed_tip)
+                await self._pushes().push(self.app, workspace, run.branch, head, self.pushed_tip)
                 self.pushed_tip = head
                 self.store.record_checkpoint(self.issue, run.attempt, head)
                 log.info("%s: attempt %d checkpointed at %s", self.issue, run.attempt, head[:12])
@@ -816,16 +832,14 @@ class _Attempt:
         self.salvage = self.salvage_tip = None
         log.info("%s: dropped the kept salvage", self.issue)
 
-    async def _interrupted(
-        self, gh: GitHubClient, run: Run, clone_url: str, start: str
-    ) -> Run | None:
+    async def _interrupted(self, gh: GitHubClient, run: Run, start: str) -> Run | None:
         """End a run its worker is stopping: save its work, give the issue to another worker.
 
         Charged to nothing; the claim goes back before the continuation is queued, so
         whichever worker takes that job can claim the issue at once.
         """
         log.warning("%s: the worker is stopping; saving attempt %d's work", self.issue, run.attempt)
-        await self._save(run, clone_url, start)
+        await self._save(run, start)
         new_commits = 0
         if self.pushed_tip is not None and self.pushed_tip != start:
             new_commits = await self.services.workspace.commits_since(

@@ -56,6 +56,7 @@ from bot.ops.settings import Settings
 from bot.workflows.conclude import policy_of, post_status
 from bot.workflows.execute import execute
 from bot.workflows.labels import recorded_labels, set_state_label
+from bot.workflows.remotes import remotes_of
 from bot.workflows.services import Services
 from bot.workflows.standing import queued_by_a_steerer, standing_of
 
@@ -238,17 +239,20 @@ async def _restack(
         return
     repo = await read_repository(gh, services.store, chain.repo)
     plan = restack_plan(moved, how, stacked, repo.default_branch)
-    clone_url = repo.clone_url
-    token = await app.installation_token(chain.installation_id)
+    remotes = await remotes_of(app, services.settings, repo, chain.installation_id)
     workspace = services.workspace
-    mirror = await workspace.refresh_mirror(chain.repo, clone_url, token)
+    mirror = await remotes.refresh(app, workspace)
     onto = await workspace.rev_parse(mirror, f"refs/remotes/origin/{plan.target}")
+    push_url, pushing_installation = remotes.push_target()
     for step in plan.steps:
         run = step.run
-        if step.retarget:
+        # A pull request from a fork targets the default branch all along: a link's
+        # predecessor's branch is the fork's, which no pull request can target.
+        if step.retarget and (remotes.fork is None or step.base == repo.default_branch):
             await update_pull(gh, chain.repo, step.pull, base=step.base)
+        token = await app.installation_token(pushing_installation)
         rebased = await workspace.rebase_branch(
-            chain.repo, run.branch, onto, step.built_on, clone_url, token
+            chain.repo, run.branch, onto, step.built_on, push_url, token
         )
         replay = Replay(tip=rebased.tip, conflicts=rebased.conflicts)
         at = utcnow()

@@ -33,6 +33,7 @@ from bot.edges.github import GitHubApp, GitHubClient, github_app
 from bot.edges.store import Store
 from bot.workflows.conclude import policy_of
 from bot.workflows.execute import execute, record
+from bot.workflows.remotes import Remotes, remotes_of
 from bot.workflows.services import Services
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class _Checker:
         self.updating: list[int] = []
         self._update_branch: bool | None = None
         self._fetched = False
+        self._remotes: Remotes | None = None
 
     async def check(self, run: Run) -> None:
         """Read the run's pull request, decide what it needs and do it."""
@@ -126,13 +128,21 @@ class _Checker:
                 self._update_branch = file.config.update_branch
         return self._update_branch
 
+    async def remotes(self) -> Remotes:
+        """Return where the repository's work is fetched from and pushed to, learnt once."""
+        if self._remotes is None:
+            services = self.services
+            data = await read_repository(self.gh, services.store, self.look.repo)
+            self._remotes = await remotes_of(
+                self.app, services.settings, data, self.look.installation_id
+            )
+        return self._remotes
+
     async def _trial_merge(self, facts: PullFacts) -> TrialMerge:
         """Merge the base into the pull request's head in the mirror, fetched once a look."""
         workspace, repo = self.services.workspace, self.look.repo
         if not self._fetched:
-            data = await read_repository(self.gh, self.services.store, repo)
-            token = await self.app.installation_token(self.look.installation_id)
-            await workspace.refresh_mirror(repo, data.clone_url, token)
+            await (await self.remotes()).refresh(self.app, workspace)
             self._fetched = True
         head = facts.pull.head.sha or facts.run.head_sha
         assert head is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import itertools
 import json
@@ -182,6 +183,51 @@ async def test_a_repository_without_ci_goes_to_review_after_the_no_checks_wait(
         "the PR's status comment",
     )
     assert "no checks are required" in said["body"]
+
+
+# A project whose CI runs its own check script, which an agent may rewrite like any test.
+CHECKED_PROJECT = {
+    "README.md": "# demo\n",
+    ".sandbox/ci": "#!/bin/sh\nset -e\n. ./check.sh\n",
+    "check.sh": "grep -q hello greeting.txt\n",
+    "greeting.txt": "hi\n",
+}
+DEPLOY_TOKEN = "deploy-7c41f0e2b9"
+# An injected agent's work: the fix asked for, and a check that prints the repository's
+# secret encoded, which no log masking hides.
+LEAKING_FIX = (
+    "agent: write greeting.txt hello\n"
+    'agent: write check.sh printf "leaked:%s\\n" "$(printf %s "$DEPLOY_TOKEN" | base64)"'
+    "\\ngrep -q hello greeting.txt\\n"
+)
+LEAKED = f"leaked:{base64.b64encode(DEPLOY_TOKEN.encode()).decode()}"
+
+
+async def ci_logs(maintainer: Maintainer, repo: str, sha: str) -> str:
+    """Return what the repository's CI printed on a head, every check's log."""
+    found = await maintainer.gh.getitem(
+        "/repos/{+repo}/commits/{sha}/check-runs", {"repo": repo, "sha": sha}
+    )
+    return "\n".join(str((run["output"] or {}).get("text") or "") for run in found["check_runs"])
+
+
+async def test_the_agents_code_meets_the_repositorys_secrets_when_its_branch_is_pushed_there(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """What fork mode is for (tests/e2e/test_forks.py): by default Baton pushes the agent's
+    branch to the repository itself, where CI runs on every push with the repository's
+    secrets ("Using secrets in GitHub Actions"), and an injected agent's check prints one."""
+    repo = await new_repo(maintainer, stack, CHECKED_PROJECT)
+    await maintainer.set_secret(repo, "DEPLOY_TOKEN", DEPLOY_TOKEN)
+    number = await queued_issue(maintainer, repo, "Greet with hello", LEAKING_FIX)
+    run = await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN, RunState.FAILED),
+        "the run settling",
+        90,
+    )
+    assert run.state is RunState.PUSHED_GREEN, run.reason
+    assert run.head_sha is not None
+    assert LEAKED in await ci_logs(maintainer, repo, run.head_sha)
 
 
 async def closed_issue(maintainer: Maintainer, repo: str, number: int) -> dict[str, Any] | None:

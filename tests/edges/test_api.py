@@ -392,9 +392,20 @@ async def test_every_facade_call_reads_a_typed_resource_github_describes(
     assert workflows == {".github/workflows/ci.yml": WORKFLOW}
     assert await api.read_workflows(gh, REPO, "no-such-ref") == {}  # GitHub's 404: none
 
+    # ------------------------------------------------ a fork, for fork mode
+    forks_installation = await maintainer.install("widget-forks")
+    await maintainer.fork(REPO, "widget-forks")
+    found = await call(api.read_repo_installation, as_app, "widget-forks/widgets")
+    assert found.id == forks_installation
+    as_forks = await app.for_installation(found.id)
+    forked = await call(api.read_forked, as_forks, "widget-forks/widgets")
+    assert forked.parent is not None and forked.parent.full_name == REPO
+    assert (await api.read_forked(gh, REPO)).parent is None
+
     # ------------------------------------------------ the pull request
     opening = {
         "branch": BRANCH,
+        "head_owner": "maintainer",
         "base": "main",
         "title": "Fix the widget (#1)",
         "body": "Closes #1",

@@ -430,6 +430,24 @@ async def test_github_payloads_about_batons_work_enqueue_their_job(
     assert [name for name, _ in queued(dispatch, EVENTS)] == [func]
 
 
+async def test_a_pull_request_from_someone_elses_branch_named_like_batons_is_not_batons(
+    client: TestClient, dispatch: Dispatcher
+) -> None:
+    """Anyone can open a pull request from a fork's branch named `baton/issue-1-fix`: only
+    the repository's own branch (or, in fork mode, the fork's) is Baton's."""
+    for fixture, key in [
+        ("pull_request/closed.json", "pull_request"),
+        ("pull_request_review/submitted.json", "pull_request"),
+    ]:
+        data = on_baton_branch(payload(fixture), key)
+        data.setdefault("installation", {"id": 7})
+        data["review"] = {**data.get("review", {}), "state": "changes_requested"}
+        data[key]["head"]["repo"] = {**data[key]["head"]["repo"], "full_name": "stranger/fork"}
+        status, _ = await post(client, fixture.split("/")[0], data)
+        assert status == 202
+    assert queued(dispatch, EVENTS) == []
+
+
 async def test_a_repository_s_own_queue_label_routes_once_known(
     aiohttp_client: Any, settings: Settings, store: Store, dispatch: Dispatcher
 ) -> None:

@@ -111,13 +111,12 @@ async def list_pulls(request: web.Request) -> web.Response:
     repo = repo_of(request)
     query = request.query
     state = query.get("state", "open")
-    head = refs.own_ref(repo, query["head"]) if "head" in query else None
     found = [
         issue
         for issue in repo.issues.values()
         if issue.pull is not None
         and (state == "all" or issue.state == state)
-        and ("head" not in query or issue.pull.head_ref == head)
+        and ("head" not in query or _headed_by(hub, repo, issue.pull, query["head"]))
         and query.get("base", issue.pull.base_ref) == issue.pull.base_ref
     ]
     sort = query.get("sort", "created")
@@ -128,6 +127,19 @@ async def list_pulls(request: web.Request) -> web.Response:
     tips = await hub.git(repo).branches()
     return json_response(
         [hub.render.pull_simple(repo, i, pulls.base_sha(i, tips)) for i in page], headers=headers
+    )
+
+
+def _headed_by(hub: Hub, repo: Repo, pull: Pull, spec: str) -> bool:
+    """Tell whether a pull request's head is `user:ref` (or a ref of the repository's own)."""
+    owner, sep, ref = spec.partition(":")
+    if not sep:
+        return pull.head_repo_id is None and pull.head_ref == spec
+    head_repo = hub.render.head_repo(repo, pull)
+    return (
+        head_repo is not None
+        and head_repo.owner.casefold() == owner.casefold()
+        and pull.head_ref == ref
     )
 
 
