@@ -1,9 +1,12 @@
 """Whether a repository's GitHub Actions workflows would run the agent's code with secrets.
 
-Baton pushes the agent's branches (`baton/...`) to the repository itself, so a workflow
-that runs `on: push` for them, or on the pull requests Baton opens from them, runs the
-agent's code with the repository's secrets and its writable GITHUB_TOKEN before any
-human reads it (docs/security.md). Pure: a workflow file's text in, the reason out.
+By default Baton pushes the agent's branches (`baton/...`) to the repository itself, so a
+workflow that runs `on: push` for them, or on the pull requests Baton opens from them,
+runs the agent's code with the repository's secrets and its writable GITHUB_TOKEN before
+any human reads it (docs/security.md). In fork mode neither does: a pull request from a
+fork gets no secrets, and only `pull_request_target` runs with them, on the base's code,
+which is safe until the workflow checks the pull request's head out. Pure: a workflow
+file's text in, the reason out.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ _SECRET = re.compile(r"\$\{\{\s*secrets\.([A-Za-z_][A-Za-z0-9_]*)")
 _ON_PULLS = ("pull_request", "pull_request_target")
 
 
-def exposure(text: str) -> str | None:
+def exposure(text: str, from_fork: bool = False) -> str | None:
     """Return how a workflow would run the agent's code with secrets, or None if it would not.
 
-    A file that does not parse is judged by its text: a trigger named in it counts.
+    from_fork: Baton's branches are a fork's (fork mode). A file that does not parse is
+    judged by its text: a trigger named in it counts.
     """
     try:
         parsed = yaml.safe_load(text)
@@ -34,11 +38,14 @@ def exposure(text: str) -> str | None:
         for event in ("push", *_ON_PULLS)
         if event in triggers and (event != "push" or _push_reaches(triggers["push"]))
     ]
+    if from_fork:
+        runs_on = [event for event in runs_on if event == "pull_request_target"]
     if not runs_on:
         return None
     named = sorted(set(_SECRET.findall(text)) - {"GITHUB_TOKEN"})
     holding = f"secrets {', '.join(named)}" if named else "the repository's GITHUB_TOKEN"
-    return f"runs on {' and '.join(runs_on)} of Baton's branches with {holding}"
+    whose = "Baton's pull requests from the fork" if from_fork else "Baton's branches"
+    return f"runs on {' and '.join(runs_on)} of {whose} with {holding}"
 
 
 def _triggers(workflow: dict[Any, Any]) -> dict[str, Any]:

@@ -820,6 +820,19 @@ class Workspace:
             parents=tuple(listed.split()[1:]), behind=behind_by > 0, conflicts=conflicts
         )
 
+    async def merge_base_in(self, repo: str, branch: str, head: str, base: str) -> str | None:
+        """Merge base, as last fetched, into branch at head, as GitHub's "Update branch"
+        does (its message, head the first parent), and push nothing; return the merge's
+        sha, or None when it conflicts. For a branch GitHub cannot update: a fork's."""
+        onto = f"refs/remotes/origin/{base}"
+        async with self._scratch(repo, "merges", branch, head) as path:
+            message = f"Merge branch '{base}' into {branch}"
+            try:
+                await self.git.run(path, "merge", "--quiet", "--no-ff", "-m", message, onto)
+            except GitError:
+                return None
+            return await self.rev_parse(path, "HEAD")
+
     @asynccontextmanager
     async def _scratch(self, repo: str, kind: str, branch: str, commit: str) -> AsyncIterator[Path]:
         """Check commit out, detached, in a scratch worktree of the mirror: Baton's git alone.

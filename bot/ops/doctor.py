@@ -27,7 +27,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 import aiohttp
 import jwt
 import redis
-from gidgethub import GitHubException
+from gidgethub import BadRequest, GitHubException
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bot.agents import (
@@ -47,6 +47,8 @@ from bot.edges.api import (
     list_installation_repositories,
     list_installations,
     read_app,
+    read_forked,
+    read_repo_installation,
     read_workflows,
 )
 from bot.edges.github import GitHubApp
@@ -503,8 +505,9 @@ def judge_installation(installation_id: int, account: str, granted: Mapping[str,
 
 async def check_workflows(settings: Settings) -> list[Finding]:
     """Read every repository's workflows; warn, one line a repository, where they would run
-    the agent's code with secrets (Baton pushes its branches to the repository itself)."""
+    the agent's code with secrets, and in fork mode where a repository has no fork."""
     findings: list[Finding] = []
+    forks_owner = settings.fork_owner
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         github = GitHubApp(settings, Store.from_url(settings.redis_url), session, Tally())
@@ -512,26 +515,67 @@ async def check_workflows(settings: Settings) -> list[Finding]:
             async for installation in list_installations(github.app_client()):
                 gh = await github.for_installation(installation.id)
                 for repo in await list_installation_repositories(gh):
+                    owner, name = repo.full_name.split("/", 1)
+                    if forks_owner is not None and owner.casefold() == forks_owner.casefold():
+                        continue  # a fork Baton pushes to: Actions is off in a fork
                     read = await read_workflows(gh, repo.full_name, repo.default_branch)
-                    found = judge_workflows(repo.full_name, read)
+                    found = judge_workflows(repo.full_name, read, forks_owner is not None)
                     findings += [found] if found is not None else []
+                    if forks_owner is not None:
+                        found = await _fork_of(github, repo.full_name, f"{forks_owner}/{name}")
+                        findings += [found] if found is not None else []
         except (GitHubException, aiohttp.ClientError, redis.RedisError) as exc:
             return [warn("workflows", f"not read: {exc}")]
     return findings or [ok("workflows", "no repository's workflows run on Baton's branches")]
 
 
-def judge_workflows(repo: str, workflows: Mapping[str, str]) -> Finding | None:
-    """Judge one repository's workflow files (by path); None when none runs on Baton's pushes."""
-    exposed = [(path, why) for path, text in sorted(workflows.items()) if (why := exposure(text))]
+async def _fork_of(github: GitHubApp, repo: str, fork: str) -> Finding | None:
+    """Warn when fork mode has no fork of repo to push to (as the run would end)."""
+    try:
+        installation = await read_repo_installation(github.app_client(), fork)
+        found = await read_forked(await github.for_installation(installation.id), fork)
+    except BadRequest as exc:
+        if exc.status_code != 404:
+            raise
+        found = None
+    if found is not None and found.parent and found.parent.full_name.casefold() == repo.casefold():
+        return None
+    owner = fork.split("/", 1)[0]
+    return warn(
+        "forks",
+        f"{repo}: no fork {fork} the App reaches, so no issue of it can be worked on; "
+        f"`gh repo fork {repo} --org {owner} --clone=false`, with the App installed on {owner}",
+    )
+
+
+def judge_workflows(
+    repo: str, workflows: Mapping[str, str], from_fork: bool = False
+) -> Finding | None:
+    """Judge one repository's workflow files (by path); None when none runs on Baton's pushes.
+
+    from_fork: Baton pushes to a fork (fork mode).
+    """
+    exposed = [
+        (path, why)
+        for path, text in sorted(workflows.items())
+        if (why := exposure(text, from_fork))
+    ]
     if not exposed:
         return None
     path, why = exposed[0]
     more = f" (and {len(exposed) - 1} more)" if len(exposed) > 1 else ""
-    return warn(
-        "workflows",
-        f"{repo}: {path}{more} {why}: the agent's code would run with them before anyone "
-        "reviews it; give its push trigger `branches-ignore: ['baton/**']` (docs/security.md)",
-    )
+    if from_fork:
+        fix = (
+            "it runs the repository's code, safe only while it never checks out or runs the "
+            "pull request's head (docs/security.md)"
+        )
+    else:
+        fix = (
+            "the agent's code would run with them before anyone reviews it; give its push "
+            "trigger `branches-ignore: ['baton/**']`, or push to a fork "
+            "(`BATON_PUSH_TO=fork:OWNER`, docs/security.md)"
+        )
+    return warn("workflows", f"{repo}: {path}{more} {why}: {fix}")
 
 
 def check_webhook_secret(settings: Settings) -> Finding:

@@ -29,6 +29,7 @@ from bot.domain.plans.mergeable import (
 )
 from bot.domain.repo_config import InvalidRepoConfig
 from bot.edges.api import load_repo_config, read_pull, read_repository, update_pull_branch
+from bot.edges.git import GitError
 from bot.edges.github import GitHubApp, GitHubClient, github_app
 from bot.edges.store import Store
 from bot.workflows.conclude import policy_of
@@ -138,12 +139,16 @@ class _Checker:
             )
         return self._remotes
 
+    async def _fetch_once(self) -> None:
+        """Fetch the repository (and the fork's branches) into the mirror, once a look."""
+        if not self._fetched:
+            await (await self.remotes()).refresh(self.app, self.services.workspace)
+            self._fetched = True
+
     async def _trial_merge(self, facts: PullFacts) -> TrialMerge:
         """Merge the base into the pull request's head in the mirror, fetched once a look."""
         workspace, repo = self.services.workspace, self.look.repo
-        if not self._fetched:
-            await (await self.remotes()).refresh(self.app, workspace)
-            self._fetched = True
+        await self._fetch_once()
         head = facts.pull.head.sha or facts.run.head_sha
         assert head is not None
         tried = await workspace.trial_merge(repo, facts.run.branch, head, self.look.base)
@@ -182,14 +187,42 @@ class _Checker:
             await execute(self.services, self.gh, conflict_plan(failed))
 
     async def _update(self, facts: PullFacts) -> None:
-        """Ask GitHub to merge the base into the branch; a later look finds its merge."""
+        """Ask GitHub to merge the base into the branch; a later look finds its merge.
+
+        A fork's branch GitHub cannot update (maintainers never edit an organization's
+        fork): Baton makes the same merge and pushes it there itself.
+        """
         run = facts.run
         assert run.head_sha is not None
+        remotes = await self.remotes()
+        if remotes.fork is not None:
+            if await self._merge_into_fork(run, remotes):
+                self.updating.append(facts.pull.number)
+            return
         refused = await update_pull_branch(self.gh, self.look.repo, facts.pull.number, run.head_sha)
         if refused is not None:
             log.info("%s: GitHub did not update the branch: %s", run.issue, refused)
             return
         self.updating.append(facts.pull.number)
+
+    async def _merge_into_fork(self, run: Run, remotes: Remotes) -> bool:
+        """Merge the base into the run's branch in the mirror and push it to the fork,
+        leased on the run's head; return whether it went."""
+        assert run.head_sha is not None
+        workspace = self.services.workspace
+        await self._fetch_once()
+        merged = await workspace.merge_base_in(
+            self.look.repo, run.branch, run.head_sha, self.look.base
+        )
+        if merged is None:
+            log.info("%s: the base does not merge into %s cleanly", run.issue, run.branch)
+            return False
+        try:
+            await remotes.push(self.app, workspace, run.branch, merged, run.head_sha)
+        except GitError as exc:
+            log.info("%s: the fork's branch was not updated: %s", run.issue, exc)
+            return False
+        return True
 
     async def _record_head(self, facts: PullFacts) -> None:
         """Make the merge GitHub made the run's head, and settle it as a pushed head."""

@@ -52,3 +52,23 @@ def test_a_workflow_is_judged_by_whether_it_runs_on_baton_s_branches(
     workflow: str, said: str | None
 ) -> None:
     assert exposure(workflow) == said
+
+
+@pytest.mark.parametrize(
+    ("workflow", "said"),
+    [
+        ("on: [push, pull_request]\n" + DEPLOY, None),
+        (
+            "on: [pull_request, pull_request_target]\n" + DEPLOY,
+            "runs on pull_request_target of Baton's pull requests from the fork with secrets "
+            "NPM_TOKEN",
+        ),
+    ],
+)
+def test_from_a_fork_only_pull_request_target_runs_with_secrets(
+    workflow: str, said: str | None
+) -> None:
+    """GitHub ("Using secrets in GitHub Actions"): "With the exception of GITHUB_TOKEN,
+    secrets are not passed to the runner when a workflow is triggered from a forked
+    repository"; `pull_request_target` runs in the base's context, with them."""
+    assert exposure(workflow, from_fork=True) == said

@@ -15,7 +15,7 @@ from gidgethub import BadRequest
 
 from bot.devkit.devstack import LocalBaton
 from bot.devkit.maintainer import Maintainer, eventually
-from bot.domain.model import RunState
+from bot.domain.model import Run, RunState
 from bot.edges.store import Store
 from tests.e2e.test_loop import (
     CHECKED_PROJECT,
@@ -33,12 +33,16 @@ from tests.e2e.test_loop import (
 from tests.support import StackSpec
 
 FORKS = "baton-forks"
+UPDATING = "update_branch: true\n"
+GREETED = {**CHECKED_PROJECT, "greeting.txt": "hello\n"}  # its CI passes as it is
 STACK = StackSpec(database=22, env={"BATON_PUSH_TO": f"fork:{FORKS}"})
 
 
-async def forked_repo(maintainer: Maintainer, stack: LocalBaton) -> str:
+async def forked_repo(
+    maintainer: Maintainer, stack: LocalBaton, files: dict[str, str] = CHECKED_PROJECT
+) -> str:
     """Make a repository with a secret, and its fork under the account Baton pushes to."""
-    repo = await new_repo(maintainer, stack, CHECKED_PROJECT)
+    repo = await new_repo(maintainer, stack, files)
     await maintainer.set_secret(repo, "DEPLOY_TOKEN", DEPLOY_TOKEN)
     await maintainer.install(FORKS)
     await maintainer.fork(repo, FORKS)
@@ -100,3 +104,98 @@ async def test_fork_mode_without_a_fork_says_how_to_make_one(
     )
     assert f"--org {FORKS}" in said["body"]
     assert await maintainer.pulls(repo) == []
+
+
+async def test_red_ci_from_the_fork_comes_back_to_the_agent_on_the_same_pull_request(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """A continuation builds on the fork's branch, where the failed attempt pushed it."""
+    repo = await forked_repo(maintainer, stack)
+    body = "agent@1: write greeting.txt goodbye\nagent@2: write greeting.txt hello"
+    number = await queued_issue(maintainer, repo, "Greet properly", body)
+    run = await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the continuation", 90
+    )
+    assert run.attempt == 2 and run.continuation_of == 1
+    [pull] = await maintainer.pulls(repo)
+    assert pull["head"]["label"] == f"{FORKS}:{run.branch}"
+    assert pull["head"]["sha"] == run.head_sha and pull["number"] == run.pr_number
+
+
+async def test_with_update_branch_baton_merges_main_into_the_forks_branch_itself(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """GitHub's "Update branch" cannot move an organization's fork's branch; Baton makes
+    the same merge ("Merge branch 'main' into …", the head its first parent), pushes it to
+    the fork, and settles the new head."""
+    repo = await forked_repo(maintainer, stack, {**GREETED, ".github/baton.yml": UPDATING})
+    number = await queued_issue(maintainer, repo, "Add a file", "agent: write a.txt from the agent")
+    first = await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the run green", 90
+    )
+    await maintainer.push_to_main(repo, {"b.txt": "by hand\n"}, stack.workdir, "Another file")
+
+    async def settled_on_the_update() -> Run | None:
+        run = store.latest_run(first.issue)
+        if run is None or run.state is not RunState.PUSHED_GREEN or run.head_sha == first.head_sha:
+            return None
+        return run
+
+    updated = await eventually(settled_on_the_update, "the updated branch settling green", 90)
+    assert updated.attempt == 1 and updated.pr_number == first.pr_number
+    pull = await maintainer.pull(repo, first.pr_number or 0)
+    assert pull["head"]["sha"] == updated.head_sha
+    compared = await maintainer.gh.getitem(
+        "/repos/{+repo}/compare/{basehead}",
+        {"repo": repo, "basehead": f"{first.head_sha}...{updated.head_sha}"},
+    )
+    [merge] = [c for c in compared["commits"] if c["sha"] == updated.head_sha]
+    assert merge["commit"]["message"].startswith(f"Merge branch 'main' into {first.branch}")
+    assert merge["parents"][0]["sha"] == first.head_sha
+
+
+async def test_a_chain_from_the_fork_stacks_its_branches_and_targets_main(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """A cross-repository pull request can only target a branch of the repository, so a
+    link's targets main from the start; its branch is still built on the link before it,
+    in the fork, and restacked onto main when that merges."""
+    repo = await forked_repo(maintainer, stack, GREETED)
+    links = [
+        int((await maintainer.open_issue(repo, f"Link {n}", body))["number"])
+        for n, body in enumerate(["agent: write one.txt 1", "agent: write two.txt 2"], 1)
+    ]
+    tasks = "".join(f"- [ ] #{n}\n" for n in links)
+    await queued_issue(maintainer, repo, "A chain", tasks)
+    runs = [
+        await eventually(
+            lambda number=number: run_state(store, repo, number, RunState.PUSHED_GREEN),
+            f"#{number} green",
+            90,
+        )
+        for number in links
+    ]
+    assert [run.base_branch for run in runs] == ["main", runs[0].branch]
+    assert [run.pull_base for run in runs] == [None, "main"]
+    pulls = {p["number"]: p for p in await maintainer.pulls(repo)}
+    assert [pulls[run.pr_number or 0]["base"]["ref"] for run in runs] == ["main", "main"]
+    files = await maintainer.gh.getitem(
+        "/repos/{+repo}/pulls/{number}/files", {"repo": repo, "number": runs[1].pr_number}
+    )
+    assert sorted(f["filename"] for f in files) == ["one.txt", "two.txt"], "built on link 1"
+
+    await maintainer.merge(repo, runs[0].pr_number or 0)
+
+    async def restacked() -> Run | None:
+        run = store.latest_run(runs[1].issue)
+        if run is None or run.state is not RunState.PUSHED_GREEN or run.base_branch != "main":
+            return None
+        return run if run.head_sha != runs[1].head_sha else None
+
+    second = await eventually(restacked, "link 2 restacked onto main and green", 90)
+    pull = await maintainer.pull(repo, second.pr_number or 0)
+    assert pull["head"]["sha"] == second.head_sha and pull["base"]["ref"] == "main"
+    await maintainer.merge(repo, second.pr_number or 0)
+    await eventually(
+        lambda: run_state(store, repo, links[1], RunState.MERGED), "the second merge", 30
+    )

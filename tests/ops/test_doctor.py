@@ -320,7 +320,43 @@ async def test_a_workflow_that_would_run_the_agents_code_with_secrets_is_named(
     assert line_of(lines, "workflows") == (
         "warn workflows: maintainer/ci: .github/workflows/release.yml runs on push of Baton's "
         "branches with secrets NPM_TOKEN: the agent's code would run with them before anyone "
-        "reviews it; give its push trigger `branches-ignore: ['baton/**']` (docs/security.md)"
+        "reviews it; give its push trigger `branches-ignore: ['baton/**']`, or push to a fork "
+        "(`BATON_PUSH_TO=fork:OWNER`, docs/security.md)"
+    )
+
+
+async def test_fork_mode_names_a_missing_fork_and_only_the_workflows_a_fork_reaches(
+    deployment: dict[str, str], maintainer: Maintainer, tmp_path: Path
+) -> None:
+    """From a fork, `push` and `pull_request` workflows run without secrets; only
+    `pull_request_target` has them, on the repository's own code."""
+    pushed = "on: push\njobs:\n  d:\n    steps:\n      - run: echo ${{ secrets.NPM_TOKEN }}\n"
+    target = (
+        "on: pull_request_target\njobs:\n  l:\n    steps:\n      - run: echo ${{ secrets.BOT }}\n"
+    )
+    for name, workflows in [
+        ("forked", {"release.yml": pushed}),
+        ("labeller", {"label.yml": target}),
+    ]:
+        files = {"README.md": "# ci\n"}
+        files.update({f".github/workflows/{path}": text for path, text in workflows.items()})
+        await maintainer.create_repo(name, files, tmp_path)
+    await maintainer.install("baton-forks")
+    for forked in ("demo", "forked", "labeller"):
+        await maintainer.fork(f"maintainer/{forked}", "baton-forks")
+    await maintainer.create_repo("unforked", {"README.md": "# no fork\n"}, tmp_path)
+    code, lines = await doctor({**deployment, "BATON_PUSH_TO": "fork:baton-forks"}, tmp_path)
+    assert code == 0, lines
+    assert line_of(lines, "workflows") == (
+        "warn workflows: maintainer/labeller: .github/workflows/label.yml runs on "
+        "pull_request_target of Baton's pull requests from the fork with secrets BOT: it runs "
+        "the repository's code, safe only while it never checks out or runs the pull "
+        "request's head (docs/security.md)"
+    )
+    assert line_of(lines, "forks") == (
+        "warn forks: maintainer/unforked: no fork baton-forks/unforked the App reaches, so no "
+        "issue of it can be worked on; `gh repo fork maintainer/unforked --org baton-forks "
+        "--clone=false`, with the App installed on baton-forks"
     )
 
 
