@@ -148,6 +148,22 @@ class Maintainer:
         )
         return made
 
+    async def set_fork_approval(self, repo: str, policy: str) -> None:
+        """Choose whose pull requests from forks wait for approval before CI runs."""
+        await self.gh.put(
+            "/repos/{+repo}/actions/permissions/fork-pr-contributor-approval",
+            {"repo": repo},
+            data={"approval_policy": policy},
+        )
+
+    async def approve_workflows(self, repo: str, number: int) -> None:
+        """Press "Approve and run workflows" on a pull request from a fork."""
+        await self.gh.post(
+            "/_sandbox/repos/{+repo}/pulls/{number}/approve-workflows",
+            {"repo": repo, "number": number},
+            data={},
+        )
+
     async def uninstall(self, installation_id: int) -> None:
         """Remove the App from an account (GitHub sends installation.deleted)."""
         await self.gh.delete("/_sandbox/installations/{id}", {"id": installation_id})

@@ -28,9 +28,12 @@ def checks_verdict(
     Any completed suite that did not pass makes it red at once; it is green only
     when every suite has completed and passed and no commit status is pending or
     failing. A suite that holds no run says nothing (holds_runs): one GitHub made
-    that no App ever started does not hold the head pending for ever.
+    that no App ever started does not hold the head pending for ever. One whose
+    workflows wait for a maintainer's approval holds it pending (awaits_approval).
     """
+    suites = list(suites)
     states = [_suite_state(suite) for suite in suites if holds_runs(suite)]
+    states += [Verdict.PENDING for suite in suites if awaits_approval(suite)]
     status_state = (combined_status or {}).get("state")
     status_count = int((combined_status or {}).get("total_count", 0))
     if Verdict.RED in states or (status_count and status_state in ("failure", "error")):
@@ -71,11 +74,31 @@ def holds_runs(suite: Mapping[str, Any]) -> bool:
     return suite.get("latest_check_runs_count") != 0
 
 
+def awaits_approval(suite: Mapping[str, Any]) -> bool:
+    """Tell whether a check suite's workflows wait for a maintainer's approval.
+
+    GitHub ("Approving workflow runs from public forks") holds an outside contributor's
+    workflow runs, a fork mode pull request's among them, until a maintainer approves
+    them: their suite is completed as `action_required`, with no run started. That is
+    CI not yet run, neither a failure nor the silence of a head no CI looks at.
+    """
+    return (
+        suite.get("status") == "completed"
+        and suite.get("conclusion") == "action_required"
+        and not holds_runs(suite)
+    )
+
+
 def ci_suites(
     suites: Iterable[Mapping[str, Any]], own_app_id: int | None
 ) -> list[Mapping[str, Any]]:
-    """Return the check suites of a head that are CI: another App's, holding runs."""
-    return [suite for suite in reported_by_others(suites, own_app_id) if holds_runs(suite)]
+    """Return the check suites of a head that are CI: another App's, holding runs or waiting
+    for a maintainer's approval to start them."""
+    return [
+        suite
+        for suite in reported_by_others(suites, own_app_id)
+        if holds_runs(suite) or awaits_approval(suite)
+    ]
 
 
 def needs_check_runs(
@@ -141,7 +164,8 @@ def nothing_reported(
 
     suites are those of ci_suites; a suite no App started a run in is silence too.
     """
-    return not any(holds_runs(s) for s in suites) and not int(combined_status.get("total_count", 0))
+    reported = any(holds_runs(s) or awaits_approval(s) for s in suites)
+    return not reported and not int(combined_status.get("total_count", 0))
 
 
 def no_ci_due(pushed_at: datetime, now: datetime, wait_s: float) -> datetime | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bot.sandbox import checks, ci, events
 from bot.sandbox.auth import CI_APP_ID
-from bot.sandbox.hub import Hub
+from bot.sandbox.hub import ROLES, Hub
 from bot.sandbox.state import Issue, Repo, default_labels, utc_now
 
 # Names a fork takes when its parent's name is taken on the account: name-1, name-2, …
@@ -126,4 +126,44 @@ async def run_pull_ci(hub: Hub, base: Repo, issue: Issue, before: str | None, se
         return
     suite.from_fork = True
     await checks.announce_suite(hub, base, suite, sender)
+    if needs_approval(hub, base, issue):
+        suite.awaiting_approval = True
+        body = {"check_suite": await checks.suite_json(hub, base, suite, webhook=True)}
+        hub.emit(base, "check_suite", sender, body, "completed")
+        return
     await checks.start_runs(hub, base, suite, names)
+
+
+def needs_approval(hub: Hub, base: Repo, issue: Issue) -> bool:
+    """Tell whether a fork's pull request waits for a maintainer before CI runs on it.
+
+    GitHub ("Approving workflow runs from public forks"): by the repository's policy, a
+    first-time contributor (no pull request merged into it yet) or every outside
+    contributor waits; "new to GitHub" applies to no sandbox account.
+    """
+    assert issue.pull is not None and issue.pull.head_repo_id is not None
+    fork = hub.repo_by_id(issue.pull.head_repo_id)
+    contributor = fork.owner if fork is not None else issue.user
+    if base.fork_pr_approval == "first_time_contributors_new_to_github":
+        return False
+    if base.fork_pr_approval == "all_external_contributors":
+        return ROLES.index(hub.role(base, contributor)) < ROLES.index("write")
+    return not any(
+        i.pull is not None and i.pull.merged_at and i.pull.head_repo_id == issue.pull.head_repo_id
+        for i in base.issues.values()
+    )
+
+
+async def approve(hub: Hub, base: Repo, issue: Issue, sender: str) -> bool:
+    """Run the CI a fork's pull request head waits with, as "Approve and run workflows"
+    does on its page; return whether any waited."""
+    assert issue.pull is not None
+    waiting = [
+        s for s in base.check_suites if s.awaiting_approval and s.head_sha == issue.pull.head_sha
+    ]
+    for suite in waiting:
+        suite.awaiting_approval = False
+        names = await ci.planned_checks(hub.git(base), suite.head_sha)
+        await checks.start_runs(hub, base, suite, names)
+    hub.changed()
+    return bool(waiting)

@@ -831,6 +831,9 @@ def suite_outcome(suite: CheckSuite, runs: list[CheckRun]) -> tuple[str, str | N
     GitHub ("Rerequest a check run"): "the status of the check suite it belongs to is reset
     to queued and the conclusion is cleared."
     """
+    if suite.awaiting_approval:
+        # GitHub completes a workflow run awaiting approval as action_required, unstarted.
+        return "completed", "action_required"
     return ("queued", None) if suite.requeued else suite_state(runs)
 
 

@@ -263,6 +263,8 @@ class CheckSuite(BaseModel):
     requeued: bool = False
     # CI of a fork's pull request: it runs with none of the repository's secrets.
     from_fork: bool = False
+    # Its workflows wait for a maintainer's approval: completed as action_required, no runs.
+    awaiting_approval: bool = False
 
 
 class CheckRun(BaseModel):
@@ -295,6 +297,11 @@ class CommitStatus(BaseModel):
     created_at: str
 
 
+ForkApproval = Literal[
+    "first_time_contributors_new_to_github", "first_time_contributors", "all_external_contributors"
+]
+
+
 class Repo(BaseModel):
     """A repository with everything GitHub keeps about it besides git data."""
 
@@ -319,6 +326,9 @@ class Repo(BaseModel):
     secrets: dict[str, str] = Field(default_factory=dict)
     # The repository this one is a fork of; None for one that is not a fork.
     parent_id: int | None = None
+    # Whose pull requests from forks wait for a maintainer's approval before CI runs
+    # ("Approving workflow runs from public forks"): GitHub's default for a public one.
+    fork_pr_approval: ForkApproval = "first_time_contributors"
 
     @property
     def full_name(self) -> str:

@@ -6,7 +6,14 @@ from datetime import timedelta
 
 import pytest
 
-from bot.domain.checks import combined_state, no_ci_due, nothing_reported
+from bot.domain.checks import (
+    Verdict,
+    checks_verdict,
+    ci_suites,
+    combined_state,
+    no_ci_due,
+    nothing_reported,
+)
 from bot.domain.gone import disappearance, moved_elsewhere
 from bot.domain.model import IssueRef, utcnow
 from bot.domain.pacing import RateBudget, budget_from_headers, sweep_may_spend
@@ -118,6 +125,27 @@ def test_silence_is_no_suite_and_no_status() -> None:
     assert nothing_reported([], {"state": "pending", "total_count": 0})
     assert not nothing_reported([{"id": 1}], {"total_count": 0})
     assert not nothing_reported([], {"state": "pending", "total_count": 1})
+
+
+def test_workflows_awaiting_approval_hold_the_head_pending_and_are_not_silence() -> None:
+    """GitHub ("Approving workflow runs from public forks"): an outside contributor's
+    workflow runs wait for a maintainer, their suite completed as `action_required` with
+    no run started. That is neither red nor the silence the no-CI rule greens."""
+    waiting = {
+        "app": {"id": 15368},
+        "status": "completed",
+        "conclusion": "action_required",
+        "latest_check_runs_count": 0,
+    }
+    passed = {**waiting, "conclusion": "success", "latest_check_runs_count": 2}
+    none = {"state": "pending", "total_count": 0}
+    assert ci_suites([waiting], own_app_id=1) == [waiting]
+    assert checks_verdict([waiting], none) is Verdict.PENDING
+    assert checks_verdict([passed, waiting], none) is Verdict.PENDING
+    assert not nothing_reported([waiting], none)
+    # An App's own check run that asks for action is a result: red, as before.
+    asked = {**waiting, "latest_check_runs_count": 1}
+    assert checks_verdict([asked], none) is Verdict.RED
 
 
 def test_no_ci_counts_only_after_the_wait() -> None:

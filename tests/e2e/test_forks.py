@@ -10,6 +10,8 @@ from a fork").
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from gidgethub import BadRequest
 
@@ -39,11 +41,20 @@ STACK = StackSpec(database=22, env={"BATON_PUSH_TO": f"fork:{FORKS}"})
 
 
 async def forked_repo(
-    maintainer: Maintainer, stack: LocalBaton, files: dict[str, str] = CHECKED_PROJECT
+    maintainer: Maintainer,
+    stack: LocalBaton,
+    files: dict[str, str] = CHECKED_PROJECT,
+    approval: str = "first_time_contributors_new_to_github",
 ) -> str:
-    """Make a repository with a secret, and its fork under the account Baton pushes to."""
+    """Make a repository with a secret, and its fork under the account Baton pushes to.
+
+    The fork's owner is a first-time contributor, whose pull requests' CI waits for a
+    maintainer's approval by GitHub's default; approval asks it of those new to GitHub
+    alone here (no sandbox account is), except where a test passes `approval`.
+    """
     repo = await new_repo(maintainer, stack, files)
     await maintainer.set_secret(repo, "DEPLOY_TOKEN", DEPLOY_TOKEN)
+    await maintainer.set_fork_approval(repo, approval)
     await maintainer.install(FORKS)
     await maintainer.fork(repo, FORKS)
     return repo
@@ -199,3 +210,38 @@ async def test_a_chain_from_the_fork_stacks_its_branches_and_targets_main(
     await eventually(
         lambda: run_state(store, repo, links[1], RunState.MERGED), "the second merge", 30
     )
+
+
+async def test_ci_that_waits_for_a_maintainers_approval_holds_the_run_until_approved(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """GitHub's default holds a first-time contributor's workflows, the fork's first pull
+    request's among them, until a maintainer approves them: the suite completes as
+    `action_required` with no run. The run waits: the no-CI rule never calls it green,
+    nor does the suite count as red; approved, the CI runs and settles it."""
+    repo = await forked_repo(maintainer, stack, GREETED, approval="first_time_contributors")
+    number = await queued_issue(maintainer, repo, "Add a file", "agent: write a.txt a")
+    pushed = await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_PENDING), "the push", 60
+    )
+    pr_number = await eventually(
+        lambda: _opened(store, repo, number), "the pull request opening", 60
+    )
+    await asyncio.sleep(6)  # three times the stack's no-checks wait
+    still = await run_state(store, repo, number, RunState.PUSHED_PENDING)
+    assert still is not None and still.head_sha == pushed.head_sha, "held for the approval"
+    await maintainer.approve_workflows(repo, pr_number)
+    run = await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "green once approved", 60
+    )
+    assert run.head_sha == pushed.head_sha
+    found = await maintainer.gh.getitem(
+        "/repos/{+repo}/commits/{sha}/check-runs", {"repo": repo, "sha": run.head_sha}
+    )
+    ci = [(r["name"], r["conclusion"]) for r in found["check_runs"] if r["name"] == "ci"]
+    assert ci == [("ci", "success")], "green on the CI that ran once approved"
+
+
+async def _opened(store: Store, repo: str, number: int) -> int | None:
+    run = await run_state(store, repo, number, RunState.PUSHED_PENDING)
+    return run.pr_number if run is not None else None

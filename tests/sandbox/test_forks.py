@@ -7,8 +7,10 @@ Each test names the GitHub behaviour it mirrors.
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 
 from tests.sandbox.test_git_backend import (
+    CI_PASS,
     REPO,
     Payload,
     Sandbox,
@@ -38,9 +40,20 @@ async def forked(sandbox: Sandbox) -> Payload:
     return fork
 
 
+def ran(head: str) -> Callable[[Payload], bool]:
+    """Match the completed suite of CI that ran on head (not one awaiting approval)."""
+    return lambda p: suite_of(head)(p) and p["check_suite"]["conclusion"] != "action_required"
+
+
+async def approve(sandbox: Sandbox, number: int) -> None:
+    """Press "Approve and run workflows" on the base repository's pull request."""
+    path = f"/_sandbox/repos/maintainer/demo/pulls/{number}/approve-workflows"
+    await sandbox.ok("POST", path, {}, status=204)
+
+
 async def ci_text(sandbox: Sandbox, head: str) -> str:
     """Wait for the base repository's CI on head; return its log."""
-    await sandbox.receiver.wait_for("check_suite", "completed", where=suite_of(head))
+    await sandbox.receiver.wait_for("check_suite", "completed", where=ran(head))
     runs = (await sandbox.ok("GET", f"{REPO}/commits/{head}/check-runs"))["check_runs"]
     return str(runs[0]["output"]["text"])
 
@@ -88,6 +101,7 @@ async def test_a_forks_pull_request_runs_the_bases_ci_without_its_secrets(
     pull = await sandbox.ok("POST", f"{REPO}/pulls", body, status=201)
     assert pull["head"]["label"] == f"{FORKS}:agent"
     assert pull["head"]["repo"]["full_name"] == f"{FORKS}/demo"
+    await approve(sandbox, pull["number"])
     text = await ci_text(sandbox, head)
     assert "plain []" in text
     assert base64.b64encode(SECRET.encode()).decode() not in text
@@ -103,6 +117,7 @@ async def test_a_forks_pull_request_runs_the_bases_ci_without_its_secrets(
     assert synced.payload["pull_request"]["head"]["sha"] == moved
     refs = await sandbox.git("ls-remote", f"{sandbox.url}/maintainer/demo.git", "refs/pull/*")
     assert f"{moved}\trefs/pull/{pull['number']}/head" in refs
+    await approve(sandbox, pull["number"])  # each head of a first-time contributor waits
     await ci_text(sandbox, moved)
 
 
@@ -119,7 +134,7 @@ async def test_a_forks_pull_request_merges_and_only_its_owner_moves_its_branch(
     assert base is not None
     base.delete_branch_on_merge = True
     _, head = await sandbox.push_branch("one", {"one.txt": "1\n"}, repo=f"{FORKS}/demo")
-    _, other = await sandbox.push_branch("two", {"two.txt": "2\n"}, repo=f"{FORKS}/demo")
+    _, other = await sandbox.push_branch("two", {".sandbox/ci": CI_PASS}, repo=f"{FORKS}/demo")
     opened = []
     for branch in ("one", "two"):
         body = {"title": branch, "head": f"{FORKS}:{branch}", "base": "main"}
@@ -141,3 +156,42 @@ async def test_a_forks_pull_request_merges_and_only_its_owner_moves_its_branch(
     closed = sandbox.receiver.matching("pull_request", "closed")[1]
     assert closed.payload["pull_request"]["head"]["sha"] == other
     assert (await sandbox.ok("GET", second))["state"] == "closed"
+
+
+async def test_a_first_time_contributors_ci_waits_for_a_maintainers_approval(
+    sandbox: Sandbox,
+) -> None:
+    """GitHub ("Approving workflow runs from public forks"): by default a first-time
+    contributor's pull request runs no workflow until a maintainer approves it; the run
+    is completed as `action_required`, with no job started. Once a pull request of theirs
+    is merged they are no longer first-time; "all external contributors" always waits."""
+    await forked(sandbox)
+    _, head = await sandbox.push_branch("one", {".sandbox/ci": LEAKY_CI}, repo=f"{FORKS}/demo")
+    body = {"title": "one", "head": f"{FORKS}:one", "base": "main"}
+    pull = await sandbox.ok("POST", f"{REPO}/pulls", body, status=201)
+    waiting = await sandbox.receiver.wait_for("check_suite", "completed", where=suite_of(head))
+    suite = waiting.payload["check_suite"]
+    assert (suite["conclusion"], suite["latest_check_runs_count"]) == ("action_required", 0)
+    assert (await sandbox.ok("GET", f"{REPO}/commits/{head}/check-runs"))["total_count"] == 0
+    await approve(sandbox, pull["number"])
+    await ci_text(sandbox, head)
+    refused = await sandbox.call(
+        "POST", f"/_sandbox/repos/maintainer/demo/pulls/{pull['number']}/approve-workflows", {}
+    )
+    assert refused.status == 422, "nothing waits any more"
+    await sandbox.ok("PUT", f"{REPO}/pulls/{pull['number']}/merge", {})
+
+    _, second = await sandbox.push_branch("two", {".sandbox/ci": CI_PASS}, repo=f"{FORKS}/demo")
+    body = {"title": "two", "head": f"{FORKS}:two", "base": "main"}
+    await sandbox.ok("POST", f"{REPO}/pulls", body, status=201)
+    await ci_text(sandbox, second)  # merged once: no approval asked
+
+    policy = f"{REPO}/actions/permissions/fork-pr-contributor-approval"
+    await sandbox.ok("PUT", policy, {"approval_policy": "all_external_contributors"}, status=204)
+    assert (await sandbox.ok("GET", policy))["approval_policy"] == "all_external_contributors"
+    await sandbox.ok("PUT", policy, {"approval_policy": "sometimes"}, status=422)
+    _, third = await sandbox.push_branch("three", {".sandbox/ci": CI_PASS}, repo=f"{FORKS}/demo")
+    body = {"title": "three", "head": f"{FORKS}:three", "base": "main"}
+    await sandbox.ok("POST", f"{REPO}/pulls", body, status=201)
+    again = await sandbox.receiver.wait_for("check_suite", "completed", where=suite_of(third))
+    assert again.payload["check_suite"]["conclusion"] == "action_required"

@@ -15,7 +15,7 @@ from typing import Literal
 from aiohttp import web
 from pydantic import BaseModel, Field
 
-from bot.sandbox import checks, lifecycle
+from bot.sandbox import checks, forks, lifecycle
 from bot.sandbox.api.apps import ACCOUNT_NAME, REPO_NAME
 from bot.sandbox.api.checks import run_of, suite_of
 from bot.sandbox.auth import LINT_APP_ID
@@ -231,6 +231,18 @@ async def set_secret(request: web.Request) -> web.Response:
     repo.secrets[name.upper()] = body.value
     hub.changed()
     return web.Response(status=201 if created else 204)
+
+
+@routes.post("/_sandbox/repos/{owner}/{repo}/pulls/{issue_number}/approve-workflows")
+async def approve_workflows(request: web.Request) -> web.Response:
+    """Run the CI a fork's pull request waits with, as "Approve and run workflows" on its
+    page does: 204, or 422 when nothing waits (GitHub's approve refuses a run not waiting)."""
+    hub = hub_of(request)
+    repo = _repo(request)
+    issue = _issue(request, repo)
+    if issue.pull is None or not await forks.approve(hub, repo, issue, login_of(request)):
+        raise ApiError(422, "No workflow run of this pull request awaits approval.")
+    return web.Response(status=204)
 
 
 @routes.put("/_sandbox/users/{username}/plan")

@@ -26,6 +26,7 @@ from bot.sandbox.rest import (
     read_body,
     wants_diff,
 )
+from bot.sandbox.state import ForkApproval
 
 routes = web.RouteTableDef()
 
@@ -264,3 +265,32 @@ async def create_fork(request: web.Request) -> web.Response:
             raise name_taken()
         found = await forks.create(hub, parent, owner, name, body.default_branch_only)
     return json_response(hub.render.repo(found), status=202)
+
+
+class ForkApprovalBody(BaseModel):
+    """Body of PUT /repos/{owner}/{repo}/actions/permissions/fork-pr-contributor-approval."""
+
+    approval_policy: ForkApproval
+
+
+FORK_APPROVAL = "/repos/{owner}/{repo}/actions/permissions/fork-pr-contributor-approval"
+
+
+@routes.get(FORK_APPROVAL)
+@requires(read("administration"))
+async def get_fork_approval(request: web.Request) -> web.Response:
+    """Say whose pull requests from forks wait for a maintainer before CI runs."""
+    return json_response({"approval_policy": repo_of(request).fork_pr_approval})
+
+
+@routes.put(FORK_APPROVAL)
+@requires(write("administration"))
+async def set_fork_approval(request: web.Request) -> web.Response:
+    """Choose whose pull requests from forks wait for a maintainer before CI runs."""
+    hub = hub_of(request)
+    repo = repo_of(request, write=True)
+    require_role(request, repo, "admin", "change its Actions settings")
+    body = await read_body(request, ForkApprovalBody, "ForkApproval")
+    repo.fork_pr_approval = body.approval_policy
+    hub.changed()
+    return web.Response(status=204)
