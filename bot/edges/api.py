@@ -263,6 +263,17 @@ async def read_forked(gh: GitHubClient, repo: str) -> Forked:
     return Forked.model_validate(await gh.getitem("/repos/{+repo}", {"repo": repo}))
 
 
+async def delete_branch(gh: GitHubClient, repo: str, branch: str) -> bool:
+    """Delete a branch; return False when it was gone already (GitHub's 422)."""
+    try:
+        await gh.delete("/repos/{+repo}/git/refs/heads/{+branch}", {"repo": repo, "branch": branch})
+    except BadRequest as exc:
+        if exc.status_code != 422:
+            raise
+        return False
+    return True
+
+
 async def read_repo_installation(gh: GitHubClient, repo: str) -> Installation:
     """Return the App's installation on a repository's account (an App client); 404: none."""
     found = await gh.getitem("/repos/{+repo}/installation", {"repo": repo})

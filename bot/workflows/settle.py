@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from gidgethub import HTTPException
+from gidgethub import BadRequest, HTTPException
 
 from bot.domain.audit import audit, unreadable
 from bot.domain.checks import (
@@ -35,6 +35,7 @@ from bot.domain.plans.settlement import (
 )
 from bot.domain.repo_config import InvalidRepoConfig, RepoConfig
 from bot.edges.api import (
+    delete_branch,
     learn_app_id,
     list_check_runs,
     list_pull_files,
@@ -48,6 +49,7 @@ from bot.workflows.chain import restack_chain
 from bot.workflows.conclude import policy_of
 from bot.workflows.execute import execute
 from bot.workflows.labels import recorded_labels, take_state_labels_off
+from bot.workflows.remotes import ForkMissing, remotes_of
 from bot.workflows.services import Services
 from bot.workflows.standing import repository_settings, standing_of
 
@@ -283,6 +285,8 @@ async def settle_pull_closed(
         await execute(services, gh, plan.effects)
         if plan.restack is not None:
             await restack_chain(services, app, closed, plan.restack)
+        if merged and closed.head_owner is not None:
+            await _drop_fork_branch(services, app, gh, closed)
     log.info(
         "%s: PR #%d %s; attempt %d ends %s",
         issue,
@@ -292,6 +296,24 @@ async def settle_pull_closed(
         closed.state.value,
     )
     return closed
+
+
+async def _drop_fork_branch(services: Services, app: GitHubApp, gh: GitHubClient, run: Run) -> None:
+    """Delete a merged pull request's branch from the fork, as GitHub deletes a merged
+    branch of the repository's own (`delete_branch_on_merge`) but never a fork's."""
+    try:
+        repo = await read_repository(gh, services.store, run.issue.repo)
+        remotes = await remotes_of(app, services.settings, repo, run.issue.installation_id)
+        if remotes.fork is None:
+            return
+        fork_gh = await app.for_installation(remotes.fork.installation_id)
+        deleted = await delete_branch(fork_gh, remotes.fork.full_name, run.branch)
+    except (ForkMissing, BadRequest) as exc:
+        # Left in the fork, harmless: the merge is what the run ended on.
+        log.warning("%s: %s not deleted from the fork: %s", run.issue, run.branch, exc)
+        return
+    if deleted:
+        log.info("%s: deleted %s from %s", run.issue, run.branch, remotes.fork.full_name)
 
 
 async def settle_issue_closed(services: Services, issue: IssueRef) -> None:

@@ -96,6 +96,20 @@ async def test_an_agent_working_from_a_fork_never_meets_the_repositorys_secret(
     await eventually(
         lambda: run_state(store, repo, number, RunState.MERGED), "the merge ending the run"
     )
+    # GitHub deletes a merged branch of the repository's own, never a fork's: Baton does.
+    await eventually(
+        lambda: _branch_gone(maintainer, fork, run.branch), "the fork's branch deleted", 30
+    )
+
+
+async def _branch_gone(maintainer: Maintainer, repo: str, branch: str) -> bool:
+    try:
+        await maintainer.gh.getitem(
+            "/repos/{+repo}/branches/{+branch}", {"repo": repo, "branch": branch}
+        )
+    except BadRequest as exc:
+        return exc.status_code == 404
+    return False
 
 
 async def test_fork_mode_without_a_fork_says_how_to_make_one(

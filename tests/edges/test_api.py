@@ -85,6 +85,9 @@ UNDESCRIBED: dict[tuple[str, str], dict[str, Any] | None] = {
     },
     ("GET", "/repos/{owner}/{repo}/issues/{issue_number}/events"): None,  # no schema either
     ("POST", "/app-manifests/{code}/conversions"): {"$ref": SCHEMAS + "integration"},
+    # "Delete a reference": its `{ref}` (heads/baton/…) spans segments, as a file's path
+    # does; GitHub answers 204, with no body.
+    ("DELETE", "/repos/{owner}/{repo}/git/refs/{path}"): None,
     # GraphQL's one endpoint: its answer is the data the document selected.
     ("POST", "/graphql"): {"type": "object", "required": ["data"]},
     # 202 Accepted: {"message": "Updating pull request branch.", "url": ...}.
@@ -183,7 +186,7 @@ class Description:
         operation, params = self.operation_of(exchange)
         if exchange.status == 304:
             return operation  # a conditional read, unchanged: its answer was validated before
-        answer = json.loads(exchange.answer)
+        answer = json.loads(exchange.answer) if exchange.answer else None  # 204: no body
         if operation == CONTENTS and isinstance(answer, list):
             # A directory: the description's oneOf of an array and objects, which
             # openapi-core reads as objects alone, so its array is held to it here.
@@ -401,6 +404,8 @@ async def test_every_facade_call_reads_a_typed_resource_github_describes(
     forked = await call(api.read_forked, as_forks, "widget-forks/widgets")
     assert forked.parent is not None and forked.parent.full_name == REPO
     assert (await api.read_forked(gh, REPO)).parent is None
+    assert await call(api.delete_branch, as_forks, "widget-forks/widgets", BRANCH)
+    assert not await api.delete_branch(as_forks, "widget-forks/widgets", BRANCH)  # gone: 422
 
     # ------------------------------------------------ the pull request
     opening = {
