@@ -24,6 +24,7 @@ from tests.e2e.test_loop import (
     DEPLOY_TOKEN,
     LEAKED,
     LEAKING_FIX,
+    attempt_state,
     ci_logs,
     comment_saying,
     concluded,
@@ -259,3 +260,35 @@ async def test_ci_that_waits_for_a_maintainers_approval_holds_the_run_until_appr
 async def _opened(store: Store, repo: str, number: int) -> int | None:
     run = await run_state(store, repo, number, RunState.PUSHED_PENDING)
     return run.pr_number if run is not None else None
+
+
+async def test_a_push_to_main_that_conflicts_sends_the_forks_pull_request_back_to_its_agent(
+    stack: LocalBaton, maintainer: Maintainer, store: Store
+) -> None:
+    """The trial merge reads the head from the fork; the continuation merges main into the
+    fork's branch, and the pull request merges again."""
+    repo = await forked_repo(maintainer, stack, GREETED)
+    number = await queued_issue(
+        maintainer,
+        repo,
+        "Share a line",
+        "agent@1: write shared.txt from the agent\n"
+        "agent@2: merge origin/main\nagent@2: write shared.txt from both\n"
+        "agent@2: commit Merge main",
+    )
+    first = await eventually(
+        lambda: run_state(store, repo, number, RunState.PUSHED_GREEN), "the run green", 90
+    )
+    await maintainer.push_to_main(
+        repo, {"shared.txt": "from a maintainer\n"}, stack.workdir, "Shared by hand"
+    )
+    resolved = await eventually(
+        lambda: attempt_state(store, repo, number, 2, RunState.PUSHED_GREEN),
+        "the merge-conflict continuation going green",
+        90,
+    )
+    conflicted = store.run(first.issue, 1)
+    assert conflicted is not None and conflicted.failure_class == "merge-conflict"
+    assert resolved.pr_number == first.pr_number and resolved.head_owner == FORKS
+    pull = await maintainer.pull(repo, first.pr_number or 0)
+    assert pull["head"]["sha"] == resolved.head_sha
