@@ -274,6 +274,22 @@ async def delete_branch(gh: GitHubClient, repo: str, branch: str) -> bool:
     return True
 
 
+async def read_fork_of(app: GitHubApp, name: str, parent: str) -> tuple[Forked, int] | None:
+    """Return the repository name, a fork of parent, read through the App's installation
+    on its account, with that installation's id; None when there is no such fork the
+    App reaches (either is missing: GitHub's 404; or it is not parent's fork)."""
+    try:
+        installation = await read_repo_installation(app.app_client(), name)
+        fork = await read_forked(await app.for_installation(installation.id), name)
+    except BadRequest as exc:
+        if exc.status_code != 404:
+            raise
+        return None
+    if fork.parent is None or fork.parent.full_name.casefold() != parent.casefold():
+        return None
+    return fork, installation.id
+
+
 async def read_repo_installation(gh: GitHubClient, repo: str) -> Installation:
     """Return the App's installation on a repository's account (an App client); 404: none."""
     found = await gh.getitem("/repos/{+repo}/installation", {"repo": repo})

@@ -27,7 +27,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 import aiohttp
 import jwt
 import redis
-from gidgethub import BadRequest, GitHubException
+from gidgethub import GitHubException
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bot.agents import (
@@ -47,8 +47,7 @@ from bot.edges.api import (
     list_installation_repositories,
     list_installations,
     read_app,
-    read_forked,
-    read_repo_installation,
+    read_fork_of,
     read_workflows,
 )
 from bot.edges.github import GitHubApp
@@ -531,14 +530,7 @@ async def check_workflows(settings: Settings) -> list[Finding]:
 
 async def _fork_of(github: GitHubApp, repo: str, fork: str) -> Finding | None:
     """Warn when fork mode has no fork of repo to push to (as the run would end)."""
-    try:
-        installation = await read_repo_installation(github.app_client(), fork)
-        found = await read_forked(await github.for_installation(installation.id), fork)
-    except BadRequest as exc:
-        if exc.status_code != 404:
-            raise
-        found = None
-    if found is not None and found.parent and found.parent.full_name.casefold() == repo.casefold():
+    if await read_fork_of(github, fork, repo) is not None:
         return None
     owner = fork.split("/", 1)[0]
     return warn(

@@ -16,10 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gidgethub import BadRequest
-
 from bot.domain.resources import Repository
-from bot.edges.api import read_forked, read_repo_installation
+from bot.edges.api import read_fork_of
 from bot.edges.git import Workspace
 from bot.edges.github import GitHubApp
 from bot.ops.settings import Settings
@@ -95,17 +93,12 @@ async def remotes_of(
     if owner is None:
         return remotes
     name = f"{owner}/{repo.full_name.split('/', 1)[1]}"
-    try:
-        installation = await read_repo_installation(app.app_client(), name)
-        fork = await read_forked(await app.for_installation(installation.id), name)
-    except BadRequest as exc:
-        if exc.status_code != 404:
-            raise
-        raise ForkMissing(_missing(repo.full_name, owner, f"{name} does not exist")) from exc
-    if fork.parent is None or fork.parent.full_name.casefold() != repo.full_name.casefold():
-        raise ForkMissing(_missing(repo.full_name, owner, f"{name} is not a fork of it"))
-    found = Fork(fork.full_name, fork.clone_url, installation.id)
-    return Remotes(repo.full_name, repo.clone_url, installation_id, found)
+    found = await read_fork_of(app, name, repo.full_name)
+    if found is None:
+        raise ForkMissing(_missing(repo.full_name, owner, f"{name} is no fork of it"))
+    fork, fork_installation = found
+    forked = Fork(fork.full_name, fork.clone_url, fork_installation)
+    return Remotes(repo.full_name, repo.clone_url, installation_id, forked)
 
 
 def _missing(repo: str, owner: str, why: str) -> str:

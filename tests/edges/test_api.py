@@ -404,6 +404,10 @@ async def test_every_facade_call_reads_a_typed_resource_github_describes(
     forked = await call(api.read_forked, as_forks, "widget-forks/widgets")
     assert forked.parent is not None and forked.parent.full_name == REPO
     assert (await api.read_forked(gh, REPO)).parent is None
+    found_fork = await call(api.read_fork_of, app, "widget-forks/widgets", REPO)
+    assert found_fork is not None and found_fork[1] == forks_installation
+    assert await api.read_fork_of(app, "widget-forks/widgets", "maintainer/other") is None
+    assert await api.read_fork_of(app, "widget-forks/absent", REPO) is None  # GitHub's 404
     assert await call(api.delete_branch, as_forks, "widget-forks/widgets", BRANCH)
     assert not await api.delete_branch(as_forks, "widget-forks/widgets", BRANCH)  # gone: 422
 
